@@ -1,0 +1,228 @@
+"""Runs inside the sandboxed candidate process and reports raw results as JSON lines on a pipe.
+
+It reports *values*, never verdicts: expected outputs never enter this process, so whatever a
+hostile candidate does to this module, to builtins or to the pipe, it cannot turn a wrong answer
+into a pass — the parent compares. Primitives are bound before candidate code runs.
+"""
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import sys
+import traceback
+
+from problems import values
+
+_write = os.write
+_dumps = json.dumps
+_encode = values.encode
+_decode = values.decode
+_BaseException = BaseException
+_MemoryError = MemoryError
+_isinstance = isinstance
+
+
+def _emitter(fd: int):
+    def emit(rec: dict) -> None:
+        data = (_dumps(rec, separators=(",", ":")) + "\n").encode()
+        view = memoryview(data)
+        while view:
+            n = _write(fd, view)
+            view = view[n:]
+    return emit
+
+
+def _exc(e: BaseException) -> str:
+    try:
+        return f"{type(e).__name__}: {str(e)[:300]}"
+    except _BaseException:
+        return "exception"
+
+
+def _tb_tail(limit: int = 1500) -> str:
+    try:
+        return traceback.format_exc()[-limit:]
+    except _BaseException:
+        return ""
+
+
+def main(job: dict, fd: int) -> None:
+    emit = _emitter(fd)
+    mode = job["mode"]
+    if mode == "openevolve":
+        return run_openevolve(job, emit)
+    try:
+        code = compile(job["code"], "candidate.py", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as e:
+        emit({"t": "syntax_error", "msg": _exc(e)})
+        return
+    if mode == "stdio":
+        return run_stdio(code, job, emit, fd)
+    return run_function(code, job, emit)
+
+
+def run_function(code, job: dict, emit) -> None:
+    ns: dict = {"__name__": "candidate", "__builtins__": builtins}
+    emit({"t": "start"})
+    try:
+        exec(code, ns)
+        if job.get("setup"):
+            exec(compile(job["setup"], "setup.py", "exec"), ns)
+    except _BaseException as e:
+        emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
+        return
+    entry = job.get("entry_point")
+    fn = ns.get(entry) if entry else None
+    cases = job["cases"]
+    for i, case in enumerate(cases):
+        kind = case["kind"]
+        rec: dict
+        try:
+            if kind == "assert":
+                exec(compile(case["code"], f"test_{i}.py", "exec"), ns)
+                rec = {"t": "case", "i": i, "pass": True}
+            elif fn is None or not callable(fn):
+                rec = {"t": "case", "i": i, "err": f"NameError: entry point {entry!r} is not defined"}
+            elif kind == "call":
+                result = fn(*_decode(case["args"]), **_decode(case.get("kwargs", {})))
+                try:
+                    rec = {"t": "case", "i": i, "v": _encode(result)}
+                except _BaseException as e:
+                    rec = {"t": "case", "i": i, "err": f"unserialisable result: {_exc(e)}"}
+            else:  # points
+                outs = []
+                for x in case["inputs"]:
+                    try:
+                        y = fn(*x)
+                        outs.append(float(y) if type(y) in (int, float, bool) or hasattr(y, "__float__") else None)
+                    except _MemoryError:
+                        raise
+                    except _BaseException:
+                        outs.append(None)
+                rec = {"t": "points", "i": i, "vs": [o if o is None or o == o and abs(o) != float("inf") else None
+                                                     for o in outs]}
+        except _BaseException as e:
+            rec = {"t": "case", "i": i, "err": _exc(e), "mem": _isinstance(e, _MemoryError)}
+        emit(rec)
+    emit({"t": "done", "n": len(cases)})
+
+
+def run_stdio(code, job: dict, emit, fd: int) -> None:
+    """Each case runs in its own grandchild with real fds 0/1 (``open(0).read()`` works). This process
+    runs no candidate code itself, so it reports the captured stdout faithfully."""
+    emit({"t": "start"})
+    cap = int(job.get("stdout_cap", 1 << 20))
+    for i, case in enumerate(job["cases"]):
+        with open("stdin.txt", "w", encoding="utf-8") as f:
+            f.write(case["stdin"])
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(fd)
+                os.dup2(os.open("stdin.txt", os.O_RDONLY), 0)
+                os.dup2(os.open("stdout.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
+                sys.stdin = open(0, encoding="utf-8", closefd=False)
+                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+                exec(code, {"__name__": "__main__", "__builtins__": builtins})
+                rc = 0
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                rc = 1
+            try:
+                sys.stdout.flush()
+            except BaseException:
+                rc = rc or 120
+            os._exit(rc)
+        _, status = os.waitpid(pid, 0)
+        try:
+            with open("stdout.txt", "rb") as f:
+                out = f.read(cap + 1)
+        except OSError:
+            out = b""
+        rec = {"t": "case", "i": i, "out": out[:cap].decode("utf-8", "replace"), "truncated": len(out) > cap}
+        if os.WIFSIGNALED(status):
+            rec["signal"] = os.WTERMSIG(status)
+        else:
+            rec["rc"] = os.WEXITSTATUS(status)
+        emit(rec)
+    emit({"t": "done", "n": len(job["cases"])})
+
+
+def run_openevolve(job: dict, emit) -> None:
+    """OpenEvolve's evaluator contract, run in the sandbox next to the candidate file it imports."""
+    import importlib.util
+
+    try:
+        import openevolve.evaluation_result  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims"))
+        for m in [m for m in sys.modules if m == "openevolve" or m.startswith("openevolve.")]:
+            del sys.modules[m]
+    with open("program.py", "w", encoding="utf-8") as f:
+        f.write(job["code"])
+    path = os.path.abspath("program.py")
+    emit({"t": "start"})
+    try:
+        ev_path = job["evaluator"]
+        sys.path.insert(0, os.path.dirname(ev_path))
+        spec = importlib.util.spec_from_file_location("evaluation_module", ev_path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        metrics, artifacts = cascade(mod, path, bool(job.get("cascade", True)), list(job.get("thresholds", [])))
+    except _BaseException as e:
+        emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
+        return
+    emit({"t": "oe", "metrics": metrics, "artifacts": artifacts})
+    emit({"t": "done", "n": 0})
+
+
+def _process(result) -> tuple[dict, dict]:
+    """dict or EvaluationResult(metrics, artifacts) → (numeric-or-str metrics, str artifacts)."""
+    if isinstance(result, dict):
+        metrics, artifacts = result, {}
+    elif hasattr(result, "metrics"):
+        metrics, artifacts = dict(result.metrics), dict(getattr(result, "artifacts", {}) or {})
+    else:
+        raise TypeError(f"evaluate() returned {type(result).__name__}, expected dict or EvaluationResult")
+    clean = {}
+    for k, v in metrics.items():
+        if type(v) is bool:
+            clean[str(k)] = float(v)
+        elif isinstance(v, (int, float)):
+            clean[str(k)] = float(v)
+        else:
+            artifacts.setdefault(str(k), v)
+    arts = {}
+    for k, v in artifacts.items():
+        s = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        arts[str(k)] = s[:4000]
+    return clean, arts
+
+
+def _passes(metrics: dict, threshold: float) -> bool:
+    """OpenEvolve's Evaluator._passes_threshold: combined_score if present, else the mean of numeric
+    metrics other than 'error'."""
+    if not metrics:
+        return False
+    if "combined_score" in metrics and isinstance(metrics["combined_score"], (int, float)):
+        return float(metrics["combined_score"]) >= threshold
+    vals = [float(v) for k, v in metrics.items() if k != "error" and isinstance(v, (int, float))]
+    return bool(vals) and sum(vals) / len(vals) >= threshold
+
+
+def cascade(mod, path: str, use_cascade: bool, thresholds: list[float]) -> tuple[dict, dict]:
+    """OpenEvolve's _cascade_evaluate: stage1 → (threshold[0]) → stage2 → (threshold[1]) → stage3, merging
+    metrics and artifacts of the stages that ran; plain evaluate() when there is no stage1."""
+    if not use_cascade or not hasattr(mod, "evaluate_stage1"):
+        return _process(mod.evaluate(path))
+    metrics, arts = _process(mod.evaluate_stage1(path))
+    for stage, th in ((2, thresholds[0] if thresholds else 0.5), (3, thresholds[1] if len(thresholds) > 1 else None)):
+        if th is None or not _passes(metrics, th) or not hasattr(mod, f"evaluate_stage{stage}"):
+            break
+        m2, a2 = _process(getattr(mod, f"evaluate_stage{stage}")(path))
+        metrics.update(m2)
+        arts.update(a2)
+    return metrics, arts

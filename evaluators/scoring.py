@@ -1,0 +1,181 @@
+"""Turns a worker's raw report into an Evaluation. Runs in the orchestrator: the only place expected
+outputs are ever compared, on decoded builtins, never with the candidate's own ``==``."""
+from __future__ import annotations
+
+import math
+import signal
+from typing import Any
+
+from problems import values
+from problems.model import CallCase, PointsCase, Problem, StdioCase
+
+from .types import Evaluation
+
+
+def build_job(problem: Problem, code: str, time_limit: float | None = None) -> dict:
+    """What the sandbox receives: the program and test *inputs* only."""
+    job: dict[str, Any] = {"code": code, "time_limit": float(time_limit or problem.time_limit),
+                           "memory_mb": int(problem.memory_limit_mb)}
+    if problem.openevolve is not None:
+        job.update(mode="openevolve", evaluator=str(problem.openevolve.evaluator),
+                   cascade=problem.openevolve.cascade, thresholds=list(problem.openevolve.thresholds))
+        return job
+    cases = []
+    stdio = all(isinstance(t, StdioCase) for t in problem.tests)
+    for t in problem.tests:
+        if isinstance(t, CallCase):
+            cases.append({"kind": "call", "args": values.encode(list(t.args)), "kwargs": values.encode(dict(t.kwargs))})
+        elif isinstance(t, StdioCase):
+            cases.append({"kind": "stdio", "stdin": t.stdin})
+        elif isinstance(t, PointsCase):
+            cases.append({"kind": "points", "inputs": [list(x) for x in t.inputs]})
+        else:
+            cases.append({"kind": "assert", "code": t.code})
+    job.update(mode="stdio" if stdio else "function", cases=cases, entry_point=problem.entry_point,
+               setup=problem.setup_code)
+    return job
+
+
+def normalise_stdout(s: str) -> str:
+    return "\n".join(line.rstrip() for line in s.replace("\r\n", "\n").strip().split("\n"))
+
+
+def score(problem: Problem, raw: dict) -> Evaluation:
+    """raw: the worker's report (records, timed_out, output_limit, signal/exit_code, tails)."""
+    if problem.openevolve is not None:
+        return _score_openevolve(problem, raw)
+    n = problem.n_tests
+    if "worker_error" in raw or "killed" in raw:
+        return Evaluation.failed("killed", n, error=raw.get("worker_error") or raw.get("killed"))
+    records = raw.get("records", [])
+    arts: dict[str, Any] = {}
+    if raw.get("stderr_tail"):
+        arts["stderr"] = raw["stderr_tail"][-1500:]
+    vec = [0.0] * n
+    failing: list[int] = []
+    mem_err = done = started = False
+    syntax = load_err = None
+    seen: set[int] = set()
+    for rec in records:
+        t = rec.get("t")
+        if t == "syntax_error":
+            syntax = str(rec.get("msg", ""))
+        elif t == "load_error":
+            load_err = rec
+        elif t == "start":
+            started = True
+        elif t == "done":
+            done = rec.get("n") == n
+        elif t in ("case", "points"):
+            i = rec.get("i")
+            if not isinstance(i, int) or not 0 <= i < n or i in seen:
+                continue  # forged or repeated records count for nothing
+            seen.add(i)
+            s, err = _case_score(problem, i, rec)
+            vec[i] = s
+            mem_err |= bool(rec.get("mem"))
+            if s < 1.0:
+                failing.append(i)
+                if err and "first_error" not in arts:
+                    arts["first_error"] = err
+    failing += [i for i in range(n) if i not in seen]
+    arts["failing_tests"] = sorted(failing)[:50]
+    if syntax is not None:
+        return Evaluation.failed("syntax_error", n, error=syntax, **{k: v for k, v in arts.items() if k == "stderr"})
+    w = problem.weight_vector(n)
+    scalar = float(sum(a * b for a, b in zip(w, vec)))
+    sig = raw.get("signal")
+    if raw.get("output_limit"):
+        status = "output_limit"
+    elif raw.get("timed_out") or sig == signal.SIGXCPU:
+        status = "timeout"
+    elif load_err is not None:
+        status = "memory" if load_err.get("mem") else "crash"
+        arts["error"] = load_err.get("exc", "")
+        arts["traceback"] = load_err.get("tb", "")
+    elif not done:
+        status = "killed" if sig == signal.SIGKILL else ("memory" if _looks_oom(raw) else "crash")
+        arts["exit"] = f"signal {sig}" if sig else f"exit code {raw.get('exit_code')}"
+    elif not failing:
+        status = "ok"
+    else:
+        status = "memory" if mem_err else "wrong"
+    if not started and status == "ok":  # cannot happen honestly: no start record, no pass
+        status = "crash"
+    solved = status == "ok" and problem.is_solved(vec, scalar)
+    return Evaluation(vector=vec, scalar=scalar, solved=solved, status=status, artifacts=arts)
+
+
+def _looks_oom(raw: dict) -> bool:
+    return "MemoryError" in raw.get("stderr_tail", "")
+
+
+def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
+    test = problem.tests[i]
+    if "err" in rec:
+        return 0.0, f"{problem.test_label(i)}: {rec['err']}"
+    if isinstance(test, CallCase):
+        if "v" not in rec:
+            return 0.0, ""
+        try:
+            got = values.decode(rec["v"])
+        except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
+            return 0.0, f"{problem.test_label(i)}: undecodable result"
+        ok = values.values_equal(got, test.expected, rel_tol=problem.float_tol, abs_tol=problem.float_tol * 1e-3)
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(got))}")
+    if isinstance(test, StdioCase):
+        out = rec.get("out")
+        if not isinstance(out, str):
+            return 0.0, ""
+        ok = normalise_stdout(out) == normalise_stdout(test.stdout) and not rec.get("signal")
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(out))}")
+    if isinstance(test, PointsCase):
+        vs = rec.get("vs")
+        if not isinstance(vs, list) or len(vs) != len(test.outputs):
+            return 0.0, ""
+        hits = 0
+        for got, want in zip(vs, test.outputs):
+            if isinstance(got, (int, float)) and not isinstance(got, bool) and math.isfinite(got) and \
+                    math.isclose(got, want, rel_tol=test.rtol, abs_tol=test.atol):
+                hits += 1
+        return hits / len(test.outputs), ""
+    return (1.0, "") if rec.get("pass") is True else (0.0, "")
+
+
+def _short(s: str, n: int = 80) -> str:
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
+    """Numeric metrics → the vector (their order as returned); combined_score (or their mean) → scalar."""
+    recs = raw.get("records", [])
+    oe = next((r for r in recs if r.get("t") == "oe"), None)
+    syntax = next((r for r in recs if r.get("t") == "syntax_error"), None)
+    load = next((r for r in recs if r.get("t") == "load_error"), None)
+    arts: dict[str, Any] = {}
+    if raw.get("stderr_tail"):
+        arts["stderr"] = raw["stderr_tail"][-1500:]
+    if oe is None or not isinstance(oe.get("metrics"), dict):
+        if raw.get("output_limit"):
+            status = "output_limit"
+        elif raw.get("timed_out"):
+            status = "timeout"
+        elif syntax:
+            status = "syntax_error"
+        elif load is not None:
+            status = "memory" if load.get("mem") else "crash"
+            arts["error"], arts["traceback"] = load.get("exc", ""), load.get("tb", "")
+        else:
+            status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
+        return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
+    metrics = {str(k): float(v) for k, v in oe["metrics"].items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+    arts.update({str(k): str(v) for k, v in (oe.get("artifacts") or {}).items()})
+    arts["metrics"] = metrics
+    keys = [k for k in metrics if k != "combined_score"] or list(metrics)
+    vec = [metrics[k] for k in keys]
+    arts["metric_names"] = keys
+    scalar = metrics["combined_score"] if "combined_score" in metrics else (sum(vec) / len(vec) if vec else 0.0)
+    status = "output_limit" if raw.get("output_limit") else ("timeout" if raw.get("timed_out") else "ok")
+    solved = status == "ok" and problem.is_solved(vec, scalar)
+    return Evaluation(vector=vec, scalar=float(scalar), solved=solved, status=status, artifacts=arts)

@@ -1,0 +1,1 @@
+"""Minimal stand-in so OpenEvolve evaluators import without the openevolve package installed."""

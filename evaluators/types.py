@@ -1,0 +1,39 @@
+"""The one object the orchestrator ever sees from an evaluation (contract 1: never an exception upward)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("ok", "wrong", "syntax_error", "timeout", "memory", "crash", "output_limit", "killed", "format_error")
+
+
+@dataclass
+class Evaluation:
+    """vector: one score in [0, 1] per test case; scalar: w*·vector; solved: the problem's rule.
+
+    status says how the run ended: ``ok`` (ran to completion, nothing failed), ``wrong`` (ran to
+    completion, some test failed), or one of the failure modes in STATUSES.
+    """
+
+    vector: list[float]
+    scalar: float
+    solved: bool
+    status: str
+    artifacts: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown evaluation status {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "vector": list(self.vector), "scalar": float(self.scalar),
+                "solved": bool(self.solved), "artifacts": dict(self.artifacts)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Evaluation":
+        return cls(vector=[float(x) for x in d["vector"]], scalar=float(d["scalar"]), solved=bool(d["solved"]),
+                   status=str(d["status"]), artifacts=dict(d.get("artifacts") or {}))
+
+    @classmethod
+    def failed(cls, status: str, n_tests: int, **artifacts: Any) -> "Evaluation":
+        return cls(vector=[0.0] * n_tests, scalar=0.0, solved=False, status=status, artifacts=artifacts)

@@ -1,0 +1,219 @@
+"""A warm sandbox worker: imports paid once, then one forked, isolated process per candidate.
+
+Started by the pool as ``python -m evaluators.worker FD_IN FD_OUT``; speaks length-prefixed JSON over
+two pipes (``multiprocess.connection``). JSON, not pickle, so a compromised worker cannot make the
+orchestrator run code. The worker itself never runs candidate code and never sees expected outputs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from evaluators import harness, isolation
+
+OUT_CAP = 1 << 20          # stdout/stderr bytes a candidate may print before it is stopped (output_limit)
+RESULT_CAP = 64 << 20      # result-channel bytes (large but finite test outputs)
+TAIL = 2000
+
+
+class Worker:
+    def __init__(self, opts: dict):
+        self.box = tempfile.mkdtemp(prefix="vevo-box-")
+        os.chmod(self.box, 0o711)
+        self.uid = int(opts.get("uid") or (200000 + os.getpid() % 100000))
+        self.iso = isolation.setup_worker(self.box, list(opts.get("hide", [])), self.uid)
+        os.chdir("/")
+        self.n = 0
+        for name in opts.get("preload", []):
+            try:
+                __import__(name)
+            except Exception:
+                pass
+
+    def run(self, job: dict) -> dict:
+        self.n += 1
+        workdir = os.path.join(self.box, f"c{self.n}")
+        os.mkdir(workdir, 0o700)
+        if self.iso.uid is not None:
+            os.chown(workdir, self.iso.uid, self.iso.uid)
+        limits = isolation.Limits(time_limit=float(job["time_limit"]), memory_mb=int(job["memory_mb"]))
+        r_res, w_res = os.pipe()
+        r_out, w_out = os.pipe()
+        r_err, w_err = os.pipe()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # ---- candidate process
+            try:
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(w_out, 1)
+                os.dup2(w_err, 2)
+                os.dup2(w_res, 3)
+                os.closerange(4, 1 << 16)
+                isolation.enter_child(limits, self.iso, workdir)
+                harness.main(job, 3)
+            except BaseException:
+                try:
+                    import traceback
+                    os.write(2, traceback.format_exc()[-TAIL:].encode())
+                except BaseException:
+                    pass
+            finally:
+                try:
+                    sys.stdout.flush()
+                except BaseException:
+                    pass
+                os._exit(0)
+        for fd in (w_res, w_out, w_err):
+            os.close(fd)
+        res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit)
+        self._cleanup(pid, workdir)
+        for fd in (r_res, r_out, r_err):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        res["wall"] = round(time.monotonic() - t0, 6)
+        return res
+
+    def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float) -> dict:
+        bufs = {r_res: bytearray(), r_out: bytearray(), r_err: bytearray()}
+        caps = {r_res: RESULT_CAP, r_out: OUT_CAP, r_err: OUT_CAP}
+        sent = {r_out: 0, r_err: 0, r_res: 0}
+        sel = selectors.DefaultSelector()
+        for fd in bufs:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        pidfd = os.pidfd_open(pid)
+        sel.register(pidfd, selectors.EVENT_READ)
+        deadline = t0 + time_limit
+        timed_out = output_limit = False
+        status = None
+        while status is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(remaining):
+                fd = key.fd
+                if fd == pidfd:
+                    wpid, st = os.waitpid(pid, os.WNOHANG)
+                    if wpid:
+                        status = st
+                    continue
+                if not self._read(fd, bufs, sent, caps, sel):
+                    continue
+                if sent[fd] > caps[fd]:
+                    output_limit = True
+            if output_limit:
+                break
+        if status is None:  # deadline or flood: stop the whole group now
+            self._killgroup(pid)
+            _, status = os.waitpid(pid, 0)
+        self._killall()
+        # every writer is dead now: drain what is left
+        for fd in list(bufs):
+            for _ in range(10000):
+                if not self._read(fd, bufs, sent, caps, None, drain=True):
+                    break
+        sel.close()
+        os.close(pidfd)
+        if sent[r_res] > RESULT_CAP or sent[r_out] > OUT_CAP or sent[r_err] > OUT_CAP:
+            output_limit = True
+        records, bad = [], 0
+        for line in bytes(bufs[r_res]).split(b"\n"):
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    records.append(rec)
+                else:
+                    bad += 1
+            except ValueError:
+                bad += 1
+        out = {"records": records, "bad_records": bad, "timed_out": timed_out, "output_limit": output_limit,
+               "stdout_tail": bytes(bufs[r_out][-TAIL:]).decode("utf-8", "replace"),
+               "stderr_tail": bytes(bufs[r_err][-TAIL:]).decode("utf-8", "replace")}
+        if os.WIFSIGNALED(status):
+            out["signal"] = os.WTERMSIG(status)
+        else:
+            out["exit_code"] = os.WEXITSTATUS(status)
+        return out
+
+    @staticmethod
+    def _read(fd, bufs, sent, caps, sel, drain: bool = False) -> bool:
+        """Read one chunk. The result channel keeps its head (up to its cap); stdout/stderr keep a tail."""
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            if sel is not None:
+                sel.unregister(fd)
+            return False
+        sent[fd] += len(chunk)
+        buf = bufs[fd]
+        if caps[fd] == RESULT_CAP:
+            if len(buf) < RESULT_CAP:
+                buf.extend(chunk[: RESULT_CAP - len(buf)])
+        else:
+            buf.extend(chunk)
+            if len(buf) > 4 * TAIL:
+                del buf[: len(buf) - TAIL]
+        return True
+
+    @staticmethod
+    def _killgroup(pid: int) -> None:
+        for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                target()
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _killall(self) -> None:
+        """Nothing a candidate started may outlive its evaluation."""
+        if self.iso.uid is not None:
+            isolation.kill_uid(self.iso.uid)
+        else:
+            isolation.kill_descendants(os.getpid())
+        isolation.reap_orphans()
+
+    def _cleanup(self, pid: int, workdir: str) -> None:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    from multiprocess.connection import Connection
+
+    fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
+    cin, cout = Connection(fd_in, writable=False), Connection(fd_out, readable=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    opts = json.loads(cin.recv_bytes())
+    worker = Worker(opts)
+    cout.send_bytes(json.dumps({"hello": worker.iso.describe(), "pid": os.getpid()}).encode())
+    while True:
+        try:
+            msg = cin.recv_bytes()
+        except (EOFError, OSError):
+            break
+        job = json.loads(msg)
+        if job.get("op") == "stop":
+            break
+        try:
+            res = worker.run(job)
+        except Exception as e:  # a worker bug must not look like a candidate result
+            res = {"worker_error": f"{type(e).__name__}: {e}"}
+        cout.send_bytes(json.dumps(res).encode())
+
+
+if __name__ == "__main__":
+    main()

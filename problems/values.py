@@ -1,0 +1,117 @@
+"""Tagged JSON: the one encoding for test data on disk and for values crossing the sandbox pipe.
+
+Plain JSON loses tuples, sets, None-vs-missing, bytes, complex and non-finite floats; comparing a
+candidate's output with the expected value needs all of them. Decoding builds only plain builtins, so
+nothing a candidate sends can run code or override ``==`` in the parent.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+MAX_DEPTH = 200
+
+
+class ValueCodecError(ValueError):
+    pass
+
+
+def encode(value: Any, _depth: int = 0) -> Any:
+    """Builtin value → JSON-able structure. Exact types only: subclasses (a str that lies about
+    ``__eq__``, a bool posing as int) are rejected rather than trusted."""
+    if _depth > MAX_DEPTH:
+        raise ValueCodecError("value nested too deeply")
+    t = type(value)
+    if value is None or t is bool or t is str:
+        return value
+    if t is int:
+        return value if abs(value) < 2**53 else {"__int__": str(value)}
+    if t is float:
+        return value if math.isfinite(value) else {"__float__": repr(value)}
+    d = _depth + 1
+    if t is list:
+        return [encode(v, d) for v in value]
+    if t is tuple:
+        return {"__tuple__": [encode(v, d) for v in value]}
+    if t is set or t is frozenset:
+        items = [encode(v, d) for v in value]
+        items.sort(key=lambda x: json.dumps(x, sort_keys=True))
+        return {"__set__" if t is set else "__frozenset__": items}
+    if t is dict:
+        if all(type(k) is str for k in value) and not any(k.startswith("__") and k.endswith("__") for k in value):
+            return {k: encode(v, d) for k, v in value.items()}
+        return {"__dict__": [[encode(k, d), encode(v, d)] for k, v in value.items()]}
+    if t is bytes:
+        return {"__bytes__": value.hex()}
+    if t is complex:
+        return {"__complex__": [encode(value.real, d), encode(value.imag, d)]}
+    raise ValueCodecError(f"unsupported type {t.__name__}")
+
+
+def decode(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, list):
+        return [decode(v) for v in obj]
+    if isinstance(obj, dict):
+        if len(obj) == 1:
+            (k, v), = obj.items()
+            if k == "__tuple__":
+                return tuple(decode(x) for x in v)
+            if k == "__set__":
+                return {_hashable(decode(x)) for x in v}
+            if k == "__frozenset__":
+                return frozenset(_hashable(decode(x)) for x in v)
+            if k == "__dict__":
+                return {_hashable(decode(a)): decode(b) for a, b in v}
+            if k == "__bytes__":
+                return bytes.fromhex(v)
+            if k == "__complex__":
+                return complex(decode(v[0]), decode(v[1]))
+            if k == "__float__":
+                return float(v)
+            if k == "__int__":
+                return int(v)
+        return {k: decode(v) for k, v in obj.items()}
+    raise ValueCodecError(f"cannot decode {type(obj).__name__}")
+
+
+def _hashable(v: Any) -> Any:
+    return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(encode(value), separators=(",", ":"))
+
+
+def loads(text: str) -> Any:
+    return decode(json.loads(text))
+
+
+def values_equal(got: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: float = 0.0) -> bool:
+    """Structural equality computed in the parent on decoded builtins. Floats use a tolerance; an int
+    equals an equal float (as Python's == does), but a bool never equals an int."""
+    if isinstance(expected, bool) or isinstance(got, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
+        if isinstance(expected, float) or isinstance(got, float):
+            if math.isnan(expected) and math.isnan(got):
+                return True
+            return math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol)
+        return got == expected
+    if isinstance(expected, complex) and isinstance(got, complex):
+        return cmath_close(got, expected, rel_tol, abs_tol)
+    if type(got) is not type(expected):
+        # Python's == treats a list and a tuple as different; keep that.
+        return False
+    if isinstance(expected, (list, tuple)):
+        return len(got) == len(expected) and all(values_equal(a, b, rel_tol, abs_tol) for a, b in zip(got, expected))
+    if isinstance(expected, dict):
+        return got.keys() == expected.keys() and all(values_equal(got[k], expected[k], rel_tol, abs_tol) for k in expected)
+    return got == expected
+
+
+def cmath_close(a: complex, b: complex, rel_tol: float, abs_tol: float) -> bool:
+    return math.isclose(a.real, b.real, rel_tol=rel_tol, abs_tol=abs_tol) and \
+        math.isclose(a.imag, b.imag, rel_tol=rel_tol, abs_tol=abs_tol)

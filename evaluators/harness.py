@@ -23,12 +23,13 @@ _MemoryError = MemoryError
 _isinstance = isinstance
 
 
-def _emitter(fd: int):
+def _emitter(fd: int, write=_write, dumps=_dumps, memoryview=memoryview):
+    """Primitives are bound as defaults now, so patching json/os/builtins later changes nothing here."""
     def emit(rec: dict) -> None:
-        data = (_dumps(rec, separators=(",", ":")) + "\n").encode()
+        data = (dumps(rec, separators=(",", ":")) + "\n").encode()
         view = memoryview(data)
         while view:
-            n = _write(fd, view)
+            n = write(fd, view)
             view = view[n:]
     return emit
 
@@ -62,7 +63,7 @@ def main(job: dict, fd: int) -> None:
     return run_function(code, job, emit)
 
 
-def run_function(code, job: dict, emit) -> None:
+def run_function(code, job: dict, emit, encode=_encode, decode=_decode, exc_type=_BaseException) -> None:
     ns: dict = {"__name__": "candidate", "__builtins__": builtins}
     emit({"t": "start"})
     try:
@@ -85,10 +86,10 @@ def run_function(code, job: dict, emit) -> None:
             elif fn is None or not callable(fn):
                 rec = {"t": "case", "i": i, "err": f"NameError: entry point {entry!r} is not defined"}
             elif kind == "call":
-                result = fn(*_decode(case["args"]), **_decode(case.get("kwargs", {})))
+                result = fn(*decode(case["args"]), **decode(case.get("kwargs", {})))
                 try:
-                    rec = {"t": "case", "i": i, "v": _encode(result)}
-                except _BaseException as e:
+                    rec = {"t": "case", "i": i, "v": encode(result)}
+                except exc_type as e:
                     rec = {"t": "case", "i": i, "err": f"unserialisable result: {_exc(e)}"}
             else:  # points
                 outs = []

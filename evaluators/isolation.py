@@ -71,6 +71,7 @@ def setup_worker(box: str, hide: list[str], uid: int, box_mb: int = 256) -> Work
     if root and _libc.unshare(CLONE_NEWNS) == 0 and _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0:
         if _libc.mount(b"tmpfs", box.encode(), b"tmpfs", 0, f"size={box_mb}m,mode=0711".encode()) == 0:
             iso.box_tmpfs = True
+        expose_for_uid(needed_paths(), iso)
         for p in hide:
             if os.path.isdir(p) and not os.path.commonpath([os.path.abspath(p), box]) == os.path.abspath(p):
                 if _libc.mount(b"tmpfs", os.path.abspath(p).encode(), b"tmpfs", 0, b"size=1m,mode=0555") == 0:
@@ -92,6 +93,61 @@ def setup_worker(box: str, hide: list[str], uid: int, box_mb: int = 256) -> Work
     else:
         iso.notes.append("not root: candidates run as the worker's own uid")
     return iso
+
+
+MS_BIND = 4096
+
+
+def needed_paths() -> list[str]:
+    """Directories a candidate's Python must read: the interpreter's prefixes, sys.path, this package."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, here] + [p for p in sys.path if p]
+    out = []
+    for p in cands:
+        p = os.path.realpath(p)
+        if os.path.isdir(p) and p not in out:
+            out.append(p)
+    return out
+
+
+def _blocked_ancestor(path: str) -> str | None:
+    """The first ancestor of path that 'others' cannot traverse (e.g. /root, mode 0700), if any."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        anc = "/" + "/".join(parts[:i])
+        try:
+            if not os.stat(anc).st_mode & 0o001:
+                return anc
+        except OSError:
+            return None
+    return None
+
+
+def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> None:
+    """The interpreter may live under a private directory (pyenv in /root, mode 0700) that the sandbox
+    uid cannot traverse. In the worker's own mount namespace, cover that directory with an empty
+    tmpfs (hiding the rest of it) and bind-mount back only the subtrees Python needs."""
+    if depth > 3:
+        return
+    groups: dict[str, set[str]] = {}
+    for p in paths:
+        anc = _blocked_ancestor(p)
+        if anc is not None:
+            groups.setdefault(anc, set()).add(p[len(anc) + 1:].split("/")[0])
+    for anc, kids in groups.items():
+        fds = {k: os.open(os.path.join(anc, k), os.O_PATH) for k in kids if os.path.exists(os.path.join(anc, k))}
+        if _libc.mount(b"tmpfs", anc.encode(), b"tmpfs", 0, b"size=1m,mode=0755") != 0:
+            iso.notes.append(f"expose {anc}: {_err()}")
+            continue
+        for k, fd in fds.items():
+            dst = os.path.join(anc, k)
+            os.mkdir(dst, 0o755)
+            if _libc.mount(f"/proc/self/fd/{fd}".encode(), dst.encode(), None, MS_BIND | MS_REC, None) != 0:
+                iso.notes.append(f"bind {dst}: {_err()}")
+            os.close(fd)
+        iso.notes.append(f"covered {anc}, kept {sorted(kids)}")
+    if groups:
+        expose_for_uid(paths, iso, depth + 1)
 
 
 @dataclass(frozen=True)
@@ -158,17 +214,23 @@ def kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def reap_orphans() -> int:
-    """With the subreaper flag, orphaned grandchildren land here; reap whatever has exited."""
-    n = 0
+def reap_orphans(wait: float = 0.0) -> int:
+    """With the subreaper flag, orphaned grandchildren land here. Reap them; with ``wait`` > 0 keep
+    reaping (they were just SIGKILLed) until none is left or the time is up."""
+    import time
+
+    n, end = 0, time.monotonic() + wait
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return n
-        if pid == 0:
+        if pid:
+            n += 1
+        elif time.monotonic() >= end:
             return n
-        n += 1
+        else:
+            time.sleep(0.0005)
 
 
 def kill_descendants(root_pid: int) -> None:

@@ -104,6 +104,10 @@ class SandboxPool:
         self._idle.put(h)
 
     @property
+    def uids(self) -> list[int | None]:
+        return [h.isolation.get("uid") for h in list(self._all)]
+
+    @property
     def isolation(self) -> dict:
         return self._all[0].isolation if self._all else {}
 

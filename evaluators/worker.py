@@ -185,7 +185,7 @@ class Worker:
             isolation.kill_uid(self.iso.uid)
         else:
             isolation.kill_descendants(os.getpid())
-        isolation.reap_orphans()
+        isolation.reap_orphans(wait=2.0)
 
     def _cleanup(self, pid: int, workdir: str) -> None:
         shutil.rmtree(workdir, ignore_errors=True)

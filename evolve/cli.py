@@ -1,0 +1,234 @@
+"""The `vevo` command line. Heavy imports happen inside each command so `vevo --help` stays instant."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+class UserError(Exception):
+    """A one-line error for the user; exit code 2, no traceback."""
+
+
+def _registry(args):
+    from problems.registry import discover
+
+    return discover(getattr(args, "problems_dir", None) or [])
+
+
+def _pool(workers: int = 2, hide=()):
+    from evaluators.pool import SandboxPool
+
+    return SandboxPool(workers=workers, hide=hide)
+
+
+# ------------------------------------------------------------------ problems
+
+def cmd_problems_list(args) -> int:
+    reg = _registry(args)
+    probs = reg.select(suite=args.suite) if args.suite else list(reg.problems.values())
+    if args.json:
+        for p in probs:
+            print(json.dumps({"id": p.id, "suite": p.suite, "split": p.split, "title": p.title,
+                              "tests": p.n_tests, "kind": "openevolve" if p.openevolve else "native"}))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        t = Table(title=f"{len(probs)} problems")
+        for col in ("id", "suite", "split", "tests", "title"):
+            t.add_column(col)
+        for p in probs:
+            t.add_row(p.id, p.suite or "", p.split or "", str(p.n_tests) if not p.openevolve else "metrics",
+                      (p.title or "")[:50])
+        Console().print(t)
+    for e in reg.errors:
+        print(f"vevo: warning: {e}", file=sys.stderr)
+    return 0
+
+
+def cmd_problems_show(args) -> int:
+    p = _registry(args).resolve(args.id)
+    print(f"id:          {p.id}\nsuite:       {p.suite}  split: {p.split}\ntitle:       {p.title}")
+    print(f"entry point: {p.entry_point}\ntests:       {p.n_tests}\nlimits:      {p.time_limit}s, "
+          f"{p.memory_limit_mb} MB\nsolved rule: {p.solved_rule}\nsource:      {p.source}")
+    print(f"\ndescription:\n{p.description}\n\nseed program:\n{p.seed_code}")
+    for i in range(min(p.n_tests, 10)):
+        print(f"test {i}: {p.test_label(i)}")
+    return 0
+
+
+def cmd_problems_new(args) -> int:
+    from problems.scaffold import new_problem
+
+    folder = new_problem(args.name, args.kind, args.dir)
+    print(f"created {folder} (check it with: vevo problems check {folder})")
+    return 0
+
+
+def cmd_problems_check(args) -> int:
+    from problems.check import check_problem
+    from problems.model import ProblemError
+    from problems.registry import load_tree
+
+    errors: list[ProblemError] = []
+    target = Path(args.target)
+    if target.exists():
+        probs = load_tree(target, errors)
+    else:
+        probs = [_registry(args).resolve(args.target)]
+    bad_ref = 0
+    with _pool(args.workers) as pool:
+        for p in probs:
+            res = check_problem(p, pool)
+            ref = res.get("reference")
+            if ref is not None and not ref["solved"]:
+                bad_ref += 1
+            if args.json:
+                print(json.dumps(res), flush=True)
+            else:
+                seed = res["seed"]
+                line = f"{p.id}: seed {seed['status']} {seed['scalar']:.3f}"
+                if ref is not None:
+                    line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
+                print(line, flush=True)
+    for e in errors:
+        print(f"vevo: error: {e}", file=sys.stderr)
+    if errors:
+        return 2
+    if not args.json:
+        n_ref = sum(1 for p in probs if p.reference_code is not None)
+        print(f"{len(probs)} problems checked; references solved {n_ref - bad_ref}/{n_ref}")
+    return 1 if bad_ref else 0
+
+
+def cmd_problems_import(args) -> int:
+    from problems.model import write_native
+
+    out = Path(args.out)
+    if args.source == "openevolve":
+        import shutil
+
+        from problems.openevolve import load_openevolve
+        from problems.registry import find_problem_folders
+
+        n = 0
+        for folder in find_problem_folders(args.path):
+            load_openevolve(folder)  # validates; raises a one-line ProblemError
+            shutil.copytree(folder, out / folder.name, dirs_exist_ok=True)
+            n += 1
+        if not n:
+            raise UserError(f"{args.path}: no OpenEvolve folders (initial_program.py + evaluator.py) found")
+        print(f"imported {n} OpenEvolve problems into {out}")
+        return 0
+    from problems.importers import import_problems
+
+    probs = import_problems(args.source, Path(args.path))
+    for p in probs:
+        write_native(p, out / p.id.replace("/", "__"))
+    print(f"imported {len(probs)} {args.source} problems into {out}")
+    return 0
+
+
+def cmd_eval_program(args) -> int:
+    reg = _registry(args)
+    p = reg.resolve(args.problem)
+    try:
+        code = Path(args.program).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{args.program}: cannot read program: {e}")
+    with _pool(1) as pool:
+        ev = pool.evaluate(p, code, time_limit=args.timeout)
+        iso = pool.isolation
+    if args.json:
+        print(json.dumps(ev.to_dict()))
+    else:
+        print(f"{p.id}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
+        print("vector: " + " ".join(f"{v:.2f}" for v in ev.vector))
+        for k in ("first_error", "error", "exit"):
+            if ev.artifacts.get(k):
+                print(f"{k}: {ev.artifacts[k]}")
+        print(f"isolation: {iso.get('network')}, {iso.get('filesystem')}")
+    return 0
+
+
+# ------------------------------------------------------------------ parser
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def pdir(p):
+        p.add_argument("--problems-dir", action="append", default=[], metavar="D",
+                       help="folder of problem folders (repeatable; also VEVO_PROBLEMS_PATH)")
+
+    pr = sub.add_parser("problems", help="list, show, create, check and import problems")
+    psub = pr.add_subparsers(dest="pcmd", required=True)
+    p = psub.add_parser("list")
+    p.add_argument("--suite")
+    p.add_argument("--json", action="store_true")
+    pdir(p)
+    p.set_defaults(fn=cmd_problems_list)
+    p = psub.add_parser("show")
+    p.add_argument("id")
+    pdir(p)
+    p.set_defaults(fn=cmd_problems_show)
+    p = psub.add_parser("new")
+    p.add_argument("name")
+    p.add_argument("--kind", default="io", choices=["io", "asserts", "stdio", "openevolve"])
+    p.add_argument("--dir", default=".")
+    p.set_defaults(fn=cmd_problems_new)
+    p = psub.add_parser("check")
+    p.add_argument("target", metavar="ID|PATH")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--workers", type=int, default=2)
+    pdir(p)
+    p.set_defaults(fn=cmd_problems_check)
+    p = psub.add_parser("import")
+    p.add_argument("source", choices=["mbpp", "humaneval", "evalplus", "apps", "openevolve"])
+    p.add_argument("path")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_problems_import)
+
+    p = sub.add_parser("eval-program", help="evaluate one program file on a problem")
+    p.add_argument("problem", metavar="ID|PATH")
+    p.add_argument("program")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--timeout", type=float, default=None)
+    pdir(p)
+    p.set_defaults(fn=cmd_eval_program)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return ap
+
+
+_EXTRA_COMMANDS: list = []
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    args = build_parser().parse_args(argv)
+    from problems.model import ProblemError
+
+    try:
+        return int(args.fn(args) or 0)
+    except (UserError, ProblemError, KeyError, FileNotFoundError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"vevo: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vevo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # configuration errors from other layers carry their own one-line message
+        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError"):
+            print(f"vevo: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Where problems come from: built-in suites, folders (--problems-dir, VEVO_PROBLEMS_PATH), and Python
+entry points in group ``vevo.problems`` (a callable returning problems, or a folder path)."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .model import Problem, ProblemError, load_native
+from .openevolve import is_openevolve_folder, load_openevolve
+
+ENTRY_POINT_GROUP = "vevo.problems"
+MAX_DEPTH = 3
+
+
+def load_folder(folder: str | Path) -> Problem:
+    """One problem folder of either format."""
+    folder = Path(folder)
+    if (folder / "problem.toml").is_file():
+        return load_native(folder)
+    if is_openevolve_folder(folder):
+        return load_openevolve(folder)
+    raise ProblemError(folder, "", "not a problem folder (no problem.toml, no initial_program.py + evaluator.py)")
+
+
+def is_problem_folder(folder: Path) -> bool:
+    return (folder / "problem.toml").is_file() or is_openevolve_folder(folder)
+
+
+def find_problem_folders(root: str | Path, depth: int = MAX_DEPTH) -> list[Path]:
+    root = Path(root)
+    if is_problem_folder(root):
+        return [root]
+    if depth <= 0 or not root.is_dir():
+        return []
+    out: list[Path] = []
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))):
+        out += find_problem_folders(child, depth - 1)
+    return out
+
+
+def load_tree(root: str | Path, errors: list[ProblemError] | None = None) -> list[Problem]:
+    """Every problem under root. Malformed folders raise, or are collected into ``errors`` when given."""
+    root = Path(root)
+    if not root.exists():
+        raise ProblemError(root, "", "no such file or directory")
+    out = []
+    for folder in find_problem_folders(root):
+        try:
+            p = load_folder(folder)
+        except ProblemError as e:
+            if errors is None:
+                raise
+            errors.append(e)
+            continue
+        if p.suite is None:
+            p.suite = folder.parent.name if folder != root else root.name
+        out.append(p)
+    if not out and not errors and not find_problem_folders(root):
+        raise ProblemError(root, "", "no problem folders found")
+    return out
+
+
+@dataclass
+class Registry:
+    problems: dict[str, Problem] = field(default_factory=dict)
+    errors: list[ProblemError] = field(default_factory=list)
+
+    def add(self, p: Problem) -> None:
+        self.problems.setdefault(p.id, p)  # first source wins: built-ins, then folders, then plugins
+
+    def get(self, pid: str) -> Problem:
+        if pid in self.problems:
+            return self.problems[pid]
+        raise KeyError(f"unknown problem {pid!r} (see `vevo problems list`)")
+
+    def suites(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for p in self.problems.values():
+            out.setdefault(p.suite or "", []).append(p.id)
+        return out
+
+    def select(self, suite: str | None = None, ids: Iterable[str] = ()) -> list[Problem]:
+        ids = list(ids)
+        chosen: list[Problem] = []
+        if suite:
+            chosen = suite_problems(suite, self)
+        for pid in ids:
+            p = self.resolve(pid)
+            if p.id not in {c.id for c in chosen}:
+                chosen.append(p)
+        return chosen
+
+    def resolve(self, id_or_path: str) -> Problem:
+        """A registered id, or a path to a problem folder."""
+        if id_or_path in self.problems:
+            return self.problems[id_or_path]
+        if os.path.sep in id_or_path or Path(id_or_path).exists():
+            return load_folder(id_or_path)
+        return self.get(id_or_path)
+
+
+def suite_problems(suite: str, reg: Registry) -> list[Problem]:
+    from .suites import SUITES
+
+    if suite in SUITES:
+        return list(SUITES[suite]())
+    members = [p for p in reg.problems.values() if p.suite == suite]
+    if not members:
+        raise KeyError(f"unknown suite {suite!r} (known: {', '.join(sorted(set(SUITES) | set(reg.suites())))})")
+    return members
+
+
+def plugin_sources() -> list[tuple[str, Callable]]:
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python < 3.10 API
+        eps = metadata.entry_points().get(ENTRY_POINT_GROUP, [])  # type: ignore[attr-defined]
+    return [(ep.name, ep.load) for ep in eps]
+
+
+def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plugins: bool = True) -> Registry:
+    reg = Registry()
+    if builtin:
+        from .suites import builtin_problems
+
+        for p in builtin_problems():
+            reg.add(p)
+    env = os.environ.get("VEVO_PROBLEMS_PATH", "")
+    dirs = list(problems_dirs) + [d for d in env.split(os.pathsep) if d]
+    for d in dirs:
+        for p in load_tree(d, reg.errors):
+            reg.add(p)
+    if plugins:
+        for name, loader in plugin_sources():
+            try:
+                obj = loader()
+                got = obj() if callable(obj) else obj
+                items = load_tree(got, reg.errors) if isinstance(got, (str, Path)) else list(got)
+                for p in items:
+                    if not isinstance(p, Problem):
+                        raise TypeError(f"returned {type(p).__name__}, expected Problem")
+                    p.suite = p.suite or name
+                    reg.add(p)
+            except Exception as e:  # a broken plugin must not take the registry down
+                reg.errors.append(ProblemError(f"entry point {name}", "", f"{type(e).__name__}: {e}"))
+                print(f"vevo: warning: problem plugin {name!r} failed: {e}", file=sys.stderr)
+    return reg

@@ -1,7 +1,7 @@
 """A warm sandbox worker: imports paid once, then one forked, isolated process per candidate.
 
 Started by the pool as ``python -m evaluators.worker FD_IN FD_OUT``; speaks length-prefixed JSON over
-two pipes (``multiprocess.connection``). JSON, not pickle, so a compromised worker cannot make the
+two pipes (``multiprocess.connection`` framing). JSON, not pickle, so a compromised worker cannot make the
 orchestrator run code. The worker itself never runs candidate code and never sees expected outputs.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 import selectors
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -113,10 +114,12 @@ class Worker:
                     output_limit = True
             if output_limit:
                 break
-        if status is None:  # deadline or flood: stop the whole group now
+        forced = status is None
+        if forced:  # deadline or flood: stop the whole group now
             self._killgroup(pid)
             _, status = os.waitpid(pid, 0)
-        self._killall()
+        if forced or self._has_children():
+            self._killall()
         # every writer is dead now: drain what is left
         for fd in list(bufs):
             for _ in range(10000):
@@ -179,6 +182,15 @@ class Worker:
             except (ProcessLookupError, PermissionError):
                 pass
 
+    @staticmethod
+    def _has_children() -> bool:
+        """As subreaper, every process a finished candidate left behind is now our child."""
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return True
+
     def _killall(self) -> None:
         """Nothing a candidate started may outlive its evaluation."""
         if self.iso.uid is not None:
@@ -191,11 +203,35 @@ class Worker:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def main() -> None:
-    from multiprocess.connection import Connection
+class _Conn:
+    """multiprocess.connection's framing (a 4-byte big-endian length, then the bytes) without importing
+    it: the worker stays small, and a small worker forks fast."""
 
+    def __init__(self, fd_in: int, fd_out: int):
+        self.fd_in, self.fd_out = fd_in, fd_out
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            b = os.read(self.fd_in, left)
+            if not b:
+                raise EOFError
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+
+    def recv_bytes(self) -> bytes:
+        return self._read(struct.unpack("!i", self._read(4))[0])
+
+    def send_bytes(self, data: bytes) -> None:
+        view = memoryview(struct.pack("!i", len(data)) + data)
+        while view:
+            view = view[os.write(self.fd_out, view):]
+
+
+def main() -> None:
     fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
-    cin, cout = Connection(fd_in, writable=False), Connection(fd_out, readable=False)
+    cin = cout = _Conn(fd_in, fd_out)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     opts = json.loads(cin.recv_bytes())
     worker = Worker(opts)

@@ -1,0 +1,32 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.vevo-installed
+DEMO_OUT ?= runs/demo
+
+.PHONY: test demo install bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# CPU machines: install the CPU torch wheel first so nothing pulls a CUDA build.
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(VENV)/bin/vevo problems list --suite pbe
+	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 40 --islands 2 --answers 4 --group 2 \
+		--seed 0 --train vpo --train-every 10 --out $(DEMO_OUT)
+	$(VENV)/bin/vevo curves $(DEMO_OUT) --out $(DEMO_OUT)/curves.png --csv
+
+bench: $(STAMP)
+	$(PY) bench/eval_throughput.py
+
+clean:
+	rm -rf runs .pytest_cache

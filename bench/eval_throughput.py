@@ -1,0 +1,87 @@
+"""Candidates/second: the warm-worker sandbox vs a fresh `python` subprocess per candidate (the usual
+approach), on the same MBPP problems (reference solutions + their asserts), same parallelism, one run.
+
+    .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evaluators.pool import SandboxPool  # noqa: E402
+from problems.model import AssertCase, Problem  # noqa: E402
+
+MBPP = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+
+
+def load(n: int) -> list[tuple[Problem, str]]:
+    items = []
+    with open(MBPP) as f:
+        for line in f:
+            row = json.loads(line)
+            p = Problem(id=f"mbpp/{row['task_id']}", seed_code="", entry_point=None, time_limit=10,
+                        setup_code=row.get("test_setup_code") or "",
+                        tests=[AssertCase(t) for t in row["test_list"]])
+            items.append((p, row["code"]))
+            if len(items) >= n:
+                break
+    return items
+
+
+def fresh_subprocess(problem: Problem, code: str) -> bool:
+    """The usual approach: write program + tests to a file, run a new interpreter, read the verdicts."""
+    body = code + "\n" + problem.setup_code + "\nimport json\nres = []\n"
+    for t in problem.tests:
+        body += f"try:\n    exec({t.code!r})\n    res.append(1)\nexcept BaseException:\n    res.append(0)\n"
+    body += "print(json.dumps(res))\n"
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "cand.py")
+        Path(path).write_text(body)
+        try:
+            out = subprocess.run([sys.executable, path], capture_output=True, timeout=10, cwd=d, text=True)
+            return all(json.loads(out.stdout.strip().splitlines()[-1]))
+        except Exception:
+            return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    items = load(a.n)
+    sb, fr = [], []
+    with SandboxPool(workers=a.workers) as pool:
+        pool.evaluate_many(items[:10])  # warm-up
+        for _ in range(a.repeats):
+            t = time.perf_counter()
+            evs = pool.evaluate_many(items)
+            sb.append(len(items) / (time.perf_counter() - t))
+            ok_sb = sum(e.solved for e in evs)
+            t = time.perf_counter()
+            with ThreadPoolExecutor(a.workers) as ex:
+                oks = list(ex.map(lambda it: fresh_subprocess(*it), items))
+            fr.append(len(items) / (time.perf_counter() - t))
+        iso = pool.isolation
+    s, f = statistics.median(sb), statistics.median(fr)
+    print(f"problems: {len(items)} MBPP (reference solutions), workers: {a.workers}, repeats: {a.repeats}")
+    print(f"isolation: {iso['network']}, {iso['filesystem']}, uid {iso['uid']}")
+    print(f"sandbox (warm fork):      {s:8.1f} candidates/s  (solved {ok_sb}/{len(items)})")
+    print(f"fresh python subprocess:  {f:8.1f} candidates/s  (solved {sum(oks)}/{len(items)})")
+    print(f"ratio: {s / f:.1f}x  (target >= 10x)")
+
+
+if __name__ == "__main__":
+    main()

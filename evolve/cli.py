@@ -154,6 +154,119 @@ def cmd_eval_program(args) -> int:
     return 0
 
 
+
+# ------------------------------------------------------------------ campaigns
+
+RUN_FLAGS = {"problems_dir": None, "suite": None, "problem": "problems", "proposer": None, "iterations": None,
+             "islands": None, "answers": None, "group": None, "seed": None, "workers": None, "out": None,
+             "train": None, "train_every": None, "train_batch": None, "selection": None}
+
+
+def cmd_run(args) -> int:
+    from .config import load_config
+    from .runner import start
+
+    overrides = {}
+    for flag, key in RUN_FLAGS.items():
+        v = getattr(args, flag, None)
+        if v not in (None, []):
+            overrides[key or flag] = v
+    cfg = load_config(args.config, overrides)
+    run_dir, summary = start(cfg, progress=not args.quiet)
+    _print_summary(run_dir, summary)
+    return 0
+
+
+def cmd_resume(args) -> int:
+    from .runner import resume
+
+    summary = resume(args.run_dir, progress=not args.quiet, iterations=args.iterations)
+    _print_summary(Path(args.run_dir), summary)
+    return 0
+
+
+def _print_summary(run_dir: Path, s: dict) -> None:
+    print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
+          f"solved {s['solved']}/{s['problems']} problems")
+    print("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(s["status_counts"].items())))
+
+
+def _open_run(run_dir: str):
+    from .archive import Archive
+
+    db = Path(run_dir) / "archive.db"
+    if not db.is_file():
+        raise UserError(f"{run_dir}: not a run directory (no archive.db)")
+    return Archive(db, readonly=True)
+
+
+def cmd_runs_show(args) -> int:
+    from .campaign import summarize
+
+    with _open_run(args.run_dir) as a:
+        s = summarize(a)
+        s["training_steps"] = len(a.training_rows())
+    if args.json:
+        print(json.dumps(s))
+    else:
+        _print_summary(Path(args.run_dir), s)
+        for pid, it in sorted(s["solved_problems"].items()):
+            print(f"  solved {pid} at iteration {it}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    import csv
+
+    with _open_run(args.run_dir) as a:
+        rows = a.export_rows()
+    for r in rows:
+        r["vector"] = json.dumps(r["vector"])
+    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash"]
+    if args.format == "csv":
+        with open(args.out, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=cols)
+            w.writeheader()
+            w.writerows(rows)
+    else:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserError("parquet export needs pyarrow: pip install 'vevo[parquet]'")
+        pq.write_table(pa.Table.from_pylist(rows), args.out)
+    print(f"exported {len(rows)} programs to {args.out}")
+    return 0
+
+
+def cmd_curves(args) -> int:
+    from . import curves
+
+    runs: dict[str, list[str]] = {}
+    for r in args.runs:
+        runs.setdefault(Path(r).name, []).append(r)
+    for spec in args.label:
+        if "=" not in spec:
+            raise UserError(f"--label {spec!r}: expected NAME=RUN")
+        name, path = spec.split("=", 1)
+        runs.setdefault(name, []).append(path)
+    if not runs:
+        raise UserError("no runs given")
+    for paths in runs.values():
+        for p in paths:
+            if not (Path(p) / "archive.db").is_file():
+                raise UserError(f"{p}: not a run directory (no archive.db)")
+    dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
+    rows = curves.curve_table(dbs, args.x)
+    out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
+    curves.plot(dbs, args.x, out)
+    print(f"wrote {out}")
+    if args.csv:
+        csv_path = str(Path(out).with_suffix(".csv"))
+        curves.write_csv(rows, csv_path)
+        print(f"wrote {csv_path}")
+    return 0
+
 # ------------------------------------------------------------------ parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -200,12 +313,55 @@ def build_parser() -> argparse.ArgumentParser:
     pdir(p)
     p.set_defaults(fn=cmd_eval_program)
 
-    for register in _EXTRA_COMMANDS:
+
+    p = sub.add_parser("run", help="run an evolution campaign")
+    p.add_argument("config", nargs="?", help="YAML config (flags override it)")
+    pdir(p)
+    p.add_argument("--suite")
+    p.add_argument("--problem", action="append", default=[], metavar="ID")
+    p.add_argument("--proposer", metavar="SPEC", help="tiny | hf:PATH | vllm:PATH | openai:URL | replay:FILE")
+    p.add_argument("--iterations", type=int)
+    p.add_argument("--islands", type=int)
+    p.add_argument("--answers", type=int, help="m: answers per completion")
+    p.add_argument("--group", type=int, help="G: completions per prompt")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--workers", type=int)
+    p.add_argument("--out", metavar="RUNDIR")
+    p.add_argument("--selection", choices=["lexicase", "tournament", "niches"])
+    p.add_argument("--train", choices=["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
+    p.add_argument("--train-every", dest="train_every", type=int)
+    p.add_argument("--train-batch", dest="train_batch", type=int)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("resume", help="continue a run from its last checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--iterations", type=int, help="raise the iteration budget")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(fn=cmd_resume)
+    p = sub.add_parser("runs", help="inspect runs")
+    rsub = p.add_subparsers(dest="rcmd", required=True)
+    p = rsub.add_parser("show")
+    p.add_argument("run_dir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_runs_show)
+    p = sub.add_parser("export", help="one row per evaluated program")
+    p.add_argument("run_dir")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    p.add_argument("--out", required=True)
+    p.set_defaults(fn=cmd_export)
+    p = sub.add_parser("curves", help="solved-over-iterations and best-score curves from archives")
+    p.add_argument("runs", nargs="*", metavar="RUN")
+    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN")
+    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
+    p.add_argument("--out", metavar="FILE.png|.svg")
+    p.add_argument("--csv", action="store_true")
+    p.set_defaults(fn=cmd_curves)
+    for register in EXTRA_COMMANDS:
         register(sub)
     return ap
 
 
-_EXTRA_COMMANDS: list = []
+EXTRA_COMMANDS: list = []  # proposer commands (pretrain, train, eval) register here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print("vevo: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
-        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError"):
+        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError"):
             print(f"vevo: error: {e}", file=sys.stderr)
             return 2
         raise

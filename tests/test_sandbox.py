@@ -21,7 +21,7 @@ HOSTILE = {
     "infinite_loop_in_call": ("def add(a, b):\n    while True:\n        pass\n", {"timeout"}),
     "sleep": ("import time\ntime.sleep(100)\n" + GOOD, {"timeout"}),
     "memory_bomb": ("x = bytearray(10 ** 11)\n" + GOOD, {"memory"}),
-    "memory_growth": ("xs = []\nwhile True:\n    xs.append(' ' * 10 ** 7)\n", {"memory"}),
+    "memory_growth": ("xs = []\nwhile True:\n    xs.append(' ' * 10 ** 8)\n", {"memory"}),
     "memory_in_call": ("def add(a, b):\n    return len([0] * 10 ** 11)\n", {"memory"}),
     "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
                   {"timeout", "crash", "memory", "killed"}),

@@ -1,0 +1,448 @@
+"""The campaign loop: problems × islands → prompts → proposer → parse/apply/dedupe → evaluate → archive.
+
+One iteration is one island step. With ``pipeline_depth=1`` the proposer generates iteration t+1 while the
+sandbox evaluates t, so iteration t+1's parent comes from a snapshot one iteration old (recorded as
+staleness). The snapshot rule is fixed, not timing-dependent, so runs stay reproducible.
+
+Crash safety: each iteration is one SQLite transaction holding its groups, completions, programs, metrics
+and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined — the already generated next
+batch). ``resume`` restores the last checkpoint and continues exactly where the uninterrupted run would.
+"""
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from evaluators.types import Evaluation
+from problems.model import Problem
+from proposer.base import Backend, Completion, SamplingParams
+from proposer.parsing import parse_answers
+from proposer.prompting import PromptContext, build_prompt
+
+from . import selection
+from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
+from .config import CampaignConfig
+from .islands import Island, Member
+from .mutate import MutationError, apply_answer, normalized_hash
+
+MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
+
+
+class Evaluator(Protocol):
+    def evaluate_many(self, items: list[tuple[Problem, str]], time_limit: float | None = None) -> list[Evaluation]: ...
+
+
+@dataclass
+class Batch:
+    """One iteration's prompt and (after generation) its group of completions."""
+    iteration: int
+    problem: str
+    island: int
+    parent_id: int
+    inspiration_ids: list[int]
+    prompt: str
+    staleness: int
+    completions: list[Completion] = field(default_factory=list)
+    gen_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["completions"] = [asdict(c) for c in self.completions]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Batch":
+        d = dict(d)
+        d["completions"] = [Completion(**c) for c in d["completions"]]
+        return cls(**d)
+
+
+@dataclass
+class Candidate:
+    completion: int
+    answer: int
+    code: str
+    ast_hash: str
+
+
+@dataclass
+class Outcome:
+    """What evaluation of a batch produced, ready to commit."""
+    batch: Batch
+    answers: list[list[str]]                 # per completion, m answer bodies
+    answer_vectors: list[list[list[float]]]  # per completion, m vectors
+    programs: list[ProgramRecord]
+    hashes: list[str | None]                 # ast hash per program record (None for format errors)
+    n_candidates: int
+    n_dup: int
+    n_format_error: int
+    eval_seconds: float
+
+
+class Campaign:
+    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, problems: list[Problem], backend: Backend,
+                 evaluator: Evaluator, *, progress: bool = False,
+                 on_iteration: Callable[["Campaign", int], None] | None = None):
+        if not problems:
+            raise ValueError("a campaign needs at least one problem")
+        self.cfg, self.backend, self.evaluator = cfg, backend, evaluator
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.problems = {p.id: p for p in problems}
+        self.order = [p.id for p in problems]
+        self.archive = Archive(self.run_dir / "archive.db")
+        self.progress = progress
+        self.on_iteration = on_iteration
+        self.keys = [(pid, k) for pid in self.order for k in range(cfg.islands)]
+        seqs = np.random.SeedSequence(cfg.seed).spawn(len(self.keys))
+        self.rngs = {key: np.random.default_rng(s) for key, s in zip(self.keys, seqs)}
+        self.islands = {key: Island(key[0], key[1]) for key in self.keys}
+        self.cache: dict[int, Member] = {}
+        self.known: dict[str, dict[str, int]] = {pid: {} for pid in self.order}  # ast hash → program id
+        self.solved: dict[str, int] = {}
+        self.next_key = 0
+        self.iteration = -1  # last committed
+        self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
+        self._pending: Batch | None = None
+
+    # ------------------------------------------------------------------ state
+    def _restore(self) -> bool:
+        ck = self.archive.last_checkpoint()
+        if ck is None:
+            return False
+        it, st = ck
+        for pid in st.get("problems", []):
+            if pid not in self.problems:
+                raise ValueError(f"run was started with problem {pid!r}, which is not available now")
+        for row in self.archive.programs():
+            if row.problem not in self.problems or row.iteration > it:
+                continue
+            self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
+        self.islands = {(d["problem"], d["index"]): Island.from_dict(d) for d in st["islands"]}
+        for key, state in zip(self.keys, st["rngs"]):
+            self.rngs[key].bit_generator.state = state
+        self.next_key = st["next_key"]
+        self.solved = dict(st["solved"])
+        self.iteration = it
+        if st.get("backend") is not None and hasattr(self.backend, "load_state"):
+            self.backend.load_state(st["backend"])
+        if st.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
+            self.backend.set_policy_version(int(st["policy_version"]))
+        self._pending = Batch.from_dict(st["pending"]) if st.get("pending") else None
+        return True
+
+    def _checkpoint(self, pending: Batch | None) -> dict:
+        return {"problems": self.order, "islands": [self.islands[k].to_dict() for k in self.keys],
+                "rngs": [self.rngs[k].bit_generator.state for k in self.keys], "next_key": self.next_key,
+                "solved": self.solved, "backend": self.backend.state() if hasattr(self.backend, "state") else None,
+                "policy_version": getattr(self.backend, "policy_version", 0),
+                "pending": pending.to_dict() if pending is not None else None}
+
+    def _remember(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str | None) -> None:
+        if ev.status == "format_error":
+            return
+        self.cache[pid] = Member(vector=np.asarray(ev.vector, dtype=float), scalar=float(ev.scalar),
+                                 code_len=len(code), solved=ev.solved, code=code, status=ev.status,
+                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:])
+        self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
+
+    def active(self, problem: str) -> bool:
+        return not (self.cfg.retire_solved and problem in self.solved)
+
+    # ------------------------------------------------------------------ iteration 0
+    def _start(self) -> None:
+        self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
+        self.archive.set_meta("problems", json.dumps(self.order))
+        t0 = time.perf_counter()
+        evs = self.evaluator.evaluate_many([(self.problems[pid], self.problems[pid].seed_code) for pid in self.order])
+        progs = []
+        for pid, ev in zip(self.order, evs):
+            ev.artifacts["ast_hash"] = normalized_hash(self.problems[pid].seed_code)
+            progs.append(ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev))
+        first = self.archive.count_programs() + 1
+        for i, (pid, ev) in enumerate(zip(self.order, evs)):
+            self._remember(first + i, pid, self.problems[pid].seed_code, ev, ev.artifacts["ast_hash"])
+            for k in range(self.cfg.islands):
+                self.islands[(pid, k)].members.append(first + i)
+            if ev.solved:
+                self.solved.setdefault(pid, 0)
+        metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(self.solved)}
+        ids = self.archive.record_iteration(0, [], progs, metrics, self._checkpoint(None))
+        assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
+        self.iteration = 0
+
+    # ------------------------------------------------------------------ prepare / generate
+    def _pick_island(self) -> tuple[str, int] | None:
+        n = len(self.keys)
+        for step in range(n):
+            key = self.keys[(self.next_key + step) % n]
+            if self.active(key[0]):
+                self.next_key = (self.next_key + step + 1) % n
+                return key
+        return None
+
+    def prepare(self, t: int) -> Batch | None:
+        key = self._pick_island()
+        if key is None:
+            return None
+        problem = self.problems[key[0]]
+        island, rng = self.islands[key], self.rngs[key]
+        members = island.members
+        vecs = _stack([self.cache[p].vector for p in members])
+        scalars = np.array([self.cache[p].scalar for p in members])
+        if self.cfg.selection == "lexicase" and vecs.size:
+            i = selection.epsilon_lexicase(vecs, rng, self.cfg.lexicase_epsilon)
+        elif self.cfg.selection == "niches" and vecs.size:
+            i = selection.niche_select(vecs, scalars, np.array([self.cache[p].code_len for p in members]), rng)
+        else:
+            i = selection.tournament(scalars, rng, self.cfg.tournament_size)
+        parent = members[i]
+        insp = selection.inspirations(self.cache[parent].vector, vecs, scalars, self.cfg.inspirations, rng,
+                                      exclude=i) if vecs.size else []
+        insp_ids = [members[j] for j in insp]
+        pm = self.cache[parent]
+        labels = self.labels[problem.id] or [f"metric {j}" for j in range(pm.vector.size)]
+        ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=pm.code,
+                            parent_vector=[float(x) for x in pm.vector], test_labels=labels[: pm.vector.size],
+                            parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
+                            inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
+                                          for j in insp_ids],
+                            m=self.cfg.answers, mode=self.cfg.answer_mode)
+        pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
+        return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
+                     prompt=build_prompt(ctx), staleness=int(pending_same))
+
+    def generate(self, batch: Batch) -> None:
+        t0 = time.perf_counter()
+        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_tokens=self.cfg.max_tokens,
+                            seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
+        out = self.backend.generate([batch.prompt], self.cfg.group, sp)
+        batch.completions = list(out[0]) if out else []
+        batch.gen_seconds = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ evaluate / commit
+    def evaluate(self, batch: Batch) -> Outcome:
+        t0 = time.perf_counter()
+        problem = self.problems[batch.problem]
+        parent = self.cache[batch.parent_id]
+        d = parent.vector.size
+        m = self.cfg.answers
+        known = self.known[batch.problem]
+        answers: list[list[str]] = []
+        slots: list[list[Any]] = []  # per completion, per answer: ("zero"|"known"|"new"|"format", payload)
+        fresh: list[Candidate] = []
+        fresh_by_hash: dict[str, int] = {}
+        format_errors: list[tuple[int, int, str, str]] = []
+        n_dup = 0
+        for ci, comp in enumerate(batch.completions):
+            parsed = parse_answers(comp.text, m)
+            answers.append([a.body for a in parsed])
+            row: list[Any] = []
+            if all(a.kind == "empty" for a in parsed):
+                format_errors.append((ci, 0, comp.text, "no answers in the expected format"))
+                slots.append([("zero", None)] * m)
+                continue
+            for ai, a in enumerate(parsed):
+                if a.kind == "empty":
+                    row.append(("zero", None))
+                    continue
+                try:
+                    code = apply_answer(parent.code, a)
+                except MutationError as e:
+                    format_errors.append((ci, ai, a.body, str(e)))
+                    row.append(("zero", None))
+                    continue
+                h = normalized_hash(code)
+                if h in known:
+                    n_dup += 1
+                    row.append(("known", known[h]))
+                elif h in fresh_by_hash:
+                    n_dup += 1
+                    row.append(("new", fresh_by_hash[h]))
+                else:
+                    fresh_by_hash[h] = len(fresh)
+                    row.append(("new", len(fresh)))
+                    fresh.append(Candidate(ci, ai, code, h))
+            slots.append(row)
+        evs = self.evaluator.evaluate_many([(problem, c.code) for c in fresh], self.cfg.eval_timeout) if fresh else []
+        programs: list[ProgramRecord] = []
+        hashes: list[str | None] = []
+        for c, ev in zip(fresh, evs):
+            ev.artifacts["ast_hash"] = c.ast_hash
+            programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
+                                          parent_ids=[batch.parent_id] + batch.inspiration_ids,
+                                          completion=(0, c.completion), answer_index=c.answer,
+                                          staleness=batch.staleness))
+            hashes.append(c.ast_hash)
+        for ci, ai, text, err in format_errors:
+            ev = Evaluation.failed("format_error", d, error=err)
+            programs.append(ProgramRecord(problem=batch.problem, island=batch.island,
+                                          code=text[:MAX_FORMAT_ERROR_CODE], evaluation=ev,
+                                          parent_ids=[batch.parent_id], completion=(0, ci), answer_index=ai,
+                                          staleness=batch.staleness))
+            hashes.append(None)
+        vectors: list[list[list[float]]] = []
+        for row in slots:
+            vrow = []
+            for kind, payload in row:
+                if kind == "known":
+                    vrow.append([float(x) for x in self.cache[payload].vector])
+                elif kind == "new":
+                    vrow.append([float(x) for x in evs[payload].vector])
+                else:
+                    vrow.append([0.0] * d)
+            vectors.append(vrow)
+        return Outcome(batch=batch, answers=answers, answer_vectors=vectors, programs=programs, hashes=hashes,
+                       n_candidates=len(fresh), n_dup=n_dup, n_format_error=len(format_errors),
+                       eval_seconds=time.perf_counter() - t0)
+
+    def commit(self, out: Outcome, pending: Batch | None) -> None:
+        b = out.batch
+        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                            max_tokens=self.cfg.max_tokens).to_dict()
+        comps = [CompletionRecord.from_completion(i, c, out.answers[i], out.answer_vectors[i], sp)
+                 for i, c in enumerate(b.completions)]
+        version = b.completions[0].policy_version if b.completions else 0
+        group = GroupRecord(problem=b.problem, island=b.island, parent_id=b.parent_id, prompt=b.prompt,
+                            m=self.cfg.answers, completions=comps, policy_version=version)
+        first = self.archive.count_programs() + 1
+        key = (b.problem, b.island)
+        for i, (p, h) in enumerate(zip(out.programs, out.hashes)):
+            if h is None:
+                continue
+            self._remember(first + i, b.problem, p.code, p.evaluation, h)
+            self.islands[key].add(first + i, self.cache, self.cfg.island_capacity)
+            if p.evaluation.solved:
+                self.solved.setdefault(b.problem, b.iteration)
+        migrated = self._maybe_migrate(b.iteration)
+        best = max((self.cache[p].scalar for p in self.islands[key].members), default=0.0)
+        metrics = {"problem": b.problem, "island": b.island, "parent": b.parent_id, "staleness": b.staleness,
+                   "completions": len(b.completions), "candidates": out.n_candidates, "duplicates": out.n_dup,
+                   "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
+                   "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
+                   "migrated": migrated, "policy_version": version}
+        ids = self.archive.record_iteration(b.iteration, [group], out.programs, metrics, self._checkpoint(pending))
+        if ids != list(range(first, first + len(out.programs))):
+            raise RuntimeError("archive ids are not sequential: is another process writing this run?")
+        self.iteration = b.iteration
+
+    def _maybe_migrate(self, t: int) -> int:
+        every = self.cfg.migration_every
+        if not every or t % every or self.cfg.islands < 2:
+            return 0
+        n = 0
+        for pid in self.order:
+            isl = [self.islands[(pid, k)] for k in range(self.cfg.islands)]
+            for src, dst, prog in selection.ring_migration([i.ranked(self.cache) for i in isl],
+                                                           self.cfg.migration_count):
+                isl[dst].add(prog, self.cache, self.cfg.island_capacity)
+                n += 1
+        return n
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict:
+        """Run (or continue) until cfg.iterations island steps are recorded or every problem is retired."""
+        if not self._restore():
+            self._start()
+        total = self.cfg.iterations
+        depth = self.cfg.pipeline_depth
+        bar = _Progress(self.progress, total, self.iteration)
+        ex = ThreadPoolExecutor(1, thread_name_prefix="vevo-eval") if depth else None
+        fut: Future | None = None
+        try:
+            if self._pending is not None:  # generated before the crash, never evaluated
+                if ex is not None:
+                    fut = ex.submit(self.evaluate, self._pending)
+                else:
+                    self.commit(self.evaluate(self._pending), None)
+                    self._pending = None
+            t = self.iteration + 1 + (1 if fut is not None else 0)
+            while True:
+                nxt = self.prepare(t) if t <= total else None
+                if nxt is not None:
+                    self.generate(nxt)
+                if fut is not None:
+                    self.commit(fut.result(), nxt)
+                    fut = None
+                    self._after_commit(bar)
+                if nxt is None:
+                    break
+                if ex is not None:
+                    self._pending = nxt
+                    fut = ex.submit(self.evaluate, nxt)
+                else:
+                    self.commit(self.evaluate(nxt), None)
+                    self._after_commit(bar)
+                t += 1
+        finally:
+            if fut is not None:
+                fut.cancel()
+            if ex is not None:
+                ex.shutdown(wait=True)
+            bar.close()
+        self._pending = None
+        return self.summary()
+
+    def _after_commit(self, bar: "_Progress") -> None:
+        bar.update(self.iteration, self.archive.n_evaluations(), len(self.solved), len(self.order))
+        if self.on_iteration is not None:
+            self.on_iteration(self, self.iteration)
+
+    def summary(self) -> dict:
+        return summarize(self.archive)
+
+    def close(self) -> None:
+        self.archive.close()
+
+
+def summarize(archive: Archive) -> dict:
+    probs = json.loads(archive.get_meta("problems", "[]") or "[]")
+    solved = archive.solved_problems()
+    return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
+            "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
+            "status_counts": archive.status_counts()}
+
+
+def _stack(vectors: list[np.ndarray]) -> np.ndarray:
+    """Members of one problem share d; failed OpenEvolve runs may have fewer metrics: pad with 0."""
+    if not vectors:
+        return np.zeros((0, 0))
+    d = max(v.size for v in vectors)
+    out = np.zeros((len(vectors), d))
+    for i, v in enumerate(vectors):
+        out[i, : v.size] = v
+    return out
+
+
+class _Progress:
+    """rich progress bar: iterations, evaluations/s, solved. Silent when disabled."""
+
+    def __init__(self, enabled: bool, total: int, start: int):
+        self.bar = None
+        if not enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("[bold]vevo"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                            TimeElapsedColumn(), transient=False)
+        self.bar.start()
+        self.task = self.bar.add_task("run", total=total, completed=max(start, 0), info="")
+        self.t0, self.e0 = time.perf_counter(), None
+
+    def update(self, it: int, evals: int, solved: int, n_problems: int) -> None:
+        if self.bar is None:
+            return
+        if self.e0 is None:
+            self.e0 = evals
+        rate = (evals - self.e0) / max(time.perf_counter() - self.t0, 1e-9)
+        self.bar.update(self.task, completed=it, info=f"{rate:6.1f} evals/s  solved {solved}/{n_problems}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,0 +1,58 @@
+"""Islands: sub-populations of one problem with bounded size. Membership is a list of archive program ids;
+the per-program facts selection needs (vector, scalar, code length) live in one shared cache."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Member:
+    vector: np.ndarray
+    scalar: float
+    code_len: int
+    solved: bool
+    code: str
+    status: str
+    stderr: str = ""
+
+
+@dataclass
+class Island:
+    problem: str
+    index: int
+    members: list[int] = field(default_factory=list)
+
+    def add(self, pid: int, cache: dict[int, Member], capacity: int) -> None:
+        if pid in self.members:
+            return
+        self.members.append(pid)
+        if len(self.members) > capacity:
+            self.members.remove(evict(self.members, cache))
+
+    def ranked(self, cache: dict[int, Member]) -> list[int]:
+        """Best first: scalar, then fewer characters, then older."""
+        return sorted(self.members, key=lambda p: (-cache[p].scalar, cache[p].code_len, p))
+
+    def to_dict(self) -> dict:
+        return {"problem": self.problem, "index": self.index, "members": list(self.members)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Island":
+        return cls(problem=d["problem"], index=int(d["index"]), members=[int(x) for x in d["members"]])
+
+
+def evict(members: list[int], cache: dict[int, Member]) -> int:
+    """Which member leaves a full island. Elites — the best program on some test (earliest on ties) —
+    stay, since lexicase needs specialists; among the rest the lowest scalar goes, oldest first."""
+    vecs = [cache[p].vector for p in members]
+    d = max((v.size for v in vecs), default=0)
+    elites: set[int] = set()
+    if d and all(v.size == d for v in vecs):
+        m = np.stack(vecs)
+        best = m.max(axis=0)
+        for j in range(d):
+            elites.add(members[int(np.flatnonzero(m[:, j] >= best[j] - 1e-12)[0])])
+    pool = [p for p in members if p not in elites] or list(members)
+    return min(pool, key=lambda p: (cache[p].scalar, -cache[p].code_len, p))

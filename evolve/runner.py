@@ -1,0 +1,79 @@
+"""Wires a config into a running campaign: problems from the registry, a proposer backend, a sandbox pool,
+the optional trainer. `start` makes a new run directory; `resume` continues one from its own config."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from problems.registry import discover
+
+from .campaign import Campaign
+from .config import CampaignConfig, config_to_yaml, load_config
+
+CONFIG_NAME = "config.yaml"
+
+
+class RunError(Exception):
+    """One-line user-facing error about a run directory."""
+
+
+def resolve_problems(cfg: CampaignConfig):
+    reg = discover(cfg.problems_dir)
+    try:
+        probs = reg.select(suite=cfg.suite, ids=cfg.problems)
+    except KeyError as e:
+        raise RunError(e.args[0]) from None
+    if not probs:
+        raise RunError("no problems selected")
+    return probs
+
+
+def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
+    from evaluators.pool import SandboxPool
+
+    probs = resolve_problems(cfg)
+    if backend is None:
+        from proposer.backends import make_backend
+
+        backend = make_backend(cfg.proposer, seed=cfg.seed)
+    own_pool = evaluator is None
+    if own_pool:
+        hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
+        evaluator = SandboxPool(workers=cfg.workers, hide=hide)
+    on_iteration = None
+    if cfg.train != "none":
+        from proposer.campaign_training import CampaignTrainer
+
+        on_iteration = CampaignTrainer(cfg, run_dir, backend)
+    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)
+    camp._own_pool = own_pool  # type: ignore[attr-defined]
+    return camp
+
+
+def _finish(camp: Campaign) -> dict:
+    try:
+        return camp.run()
+    finally:
+        camp.close()
+        if getattr(camp, "_own_pool", False):
+            camp.evaluator.close()  # type: ignore[attr-defined]
+        if hasattr(camp.backend, "close"):
+            camp.backend.close()
+
+
+def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]:
+    cfg.require_problems()
+    run_dir = Path(cfg.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
+    if (run_dir / "archive.db").exists():
+        raise RunError(f"{run_dir}: already holds a run (continue it with `vevo resume {run_dir}`)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_NAME).write_text(config_to_yaml(cfg), encoding="utf-8")
+    return run_dir, _finish(open_campaign(cfg, run_dir, progress, **kw))
+
+
+def resume(run_dir: str | Path, progress: bool = True, iterations: int | None = None, **kw) -> dict:
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_NAME).is_file():
+        raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
+    cfg = load_config(run_dir / CONFIG_NAME, {"iterations": iterations})
+    return _finish(open_campaign(cfg, run_dir, progress, **kw))

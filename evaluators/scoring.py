@@ -7,7 +7,9 @@ import signal
 from typing import Any
 
 from problems import values
-from problems.model import CallCase, PointsCase, Problem, StdioCase
+from problems.model import AssertCase, CallCase, PointsCase, Problem, StdioCase
+
+from .asserts import SplitAssert, setup_names, split_assert, verdict
 
 from .types import Evaluation
 
@@ -30,10 +32,16 @@ def build_job(problem: Problem, code: str, time_limit: float | None = None) -> d
         elif isinstance(t, PointsCase):
             cases.append({"kind": "points", "inputs": [list(x) for x in t.inputs]})
         else:
-            cases.append({"kind": "assert", "code": t.code})
+            sp = assert_split(problem, t)
+            cases.append({"kind": "calls", "calls": list(sp.calls)} if sp else {"kind": "assert", "code": t.code})
     job.update(mode="stdio" if stdio else "function", cases=cases, entry_point=problem.entry_point,
                setup=problem.setup_code)
     return job
+
+
+def assert_split(problem: Problem, t: AssertCase) -> SplitAssert | None:
+    callees = frozenset(n for n in (problem.entry_point, "candidate") if n)
+    return split_assert(t.code, callees, setup_names(problem.setup_code))
 
 
 def normalise_stdout(s: str) -> str:
@@ -80,6 +88,9 @@ def score(problem: Problem, raw: dict) -> Evaluation:
                     arts["first_error"] = err
     failing += [i for i in range(n) if i not in seen]
     arts["failing_tests"] = sorted(failing)[:50]
+    unverified = sum(1 for t in problem.tests if isinstance(t, AssertCase) and assert_split(problem, t) is None)
+    if unverified:
+        arts["unverified_tests"] = unverified
     if syntax is not None:
         return Evaluation.failed("syntax_error", n, error=syntax, **{k: v for k, v in arts.items() if k == "stderr"})
     w = problem.weight_vector(n)
@@ -139,7 +150,18 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
                     math.isclose(got, want, rel_tol=test.rtol, abs_tol=test.atol):
                 hits += 1
         return hits / len(test.outputs), ""
-    return (1.0, "") if rec.get("pass") is True else (0.0, "")
+    sp = assert_split(problem, test)
+    if sp is None:  # ran inside the sandbox: the best a non-splittable assert can do
+        return (1.0, "") if rec.get("pass") is True else (0.0, "")
+    vs = rec.get("vs")
+    if not isinstance(vs, list) or len(vs) != len(sp.calls):
+        return 0.0, ""
+    try:
+        got = [values.decode(v) for v in vs]
+    except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
+        return 0.0, f"{problem.test_label(i)}: undecodable result"
+    ok = verdict(sp, got, problem.setup_code)
+    return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: failed with {_short(repr(got))}")
 
 
 def _short(s: str, n: int = 80) -> str:

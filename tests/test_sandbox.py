@@ -56,6 +56,7 @@ HOSTILE = {
     "fd_exhaustion": ("fs = [open('/dev/null') for _ in range(10 ** 6)]\n" + GOOD, {"crash"}),
     "read_stdin": ("x = input()\n" + GOOD, {"crash"}),
     "huge_file": ("with open('big', 'wb') as f:\n    f.write(b'0' * 10 ** 9)\n" + GOOD, {"crash", "memory"}),
+    "regenerate_expected": ("from problems.suites import SUITES\n" + GOOD, {"crash"}),
     "syntax_error": ("def add(a, b)\n    return a + b\n", {"syntax_error"}),
     "giant_expression": ("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n" + GOOD, {"syntax_error"}),
 }
@@ -204,3 +205,25 @@ def test_candidates_can_import_stdlib_and_installed_packages():
     with SandboxPool(workers=1) as pool:
         ev = pool.evaluate(ADD, code)
     assert ev.status == "ok" and ev.solved, ev.artifacts
+
+
+def test_split_asserts_cannot_be_forged():
+    """Asserts with literal expectations are decided in the parent: forged records and patched
+    comparisons do not pass them; the honest program still does."""
+    from evaluators.asserts import split_assert, setup_names
+
+    prob = Problem(id="t/forge", seed_code="", entry_point="f", time_limit=3, setup_code="import math",
+                   tests=[AssertCase("assert f(2) == 4"), AssertCase("assert math.isclose(f(1.5), 2.25)"),
+                          AssertCase("assert set(f(3) for _ in range(2)) == {9}")])
+    assert split_assert("assert f(2) == 4", frozenset({"f"}), setup_names("import math")) is not None
+    with SandboxPool(workers=1) as pool:
+        honest = pool.evaluate(prob, "def f(x):\n    return x * x\n")
+        assert honest.solved and honest.vector == [1.0, 1.0, 1.0]
+        assert "unverified_tests" not in honest.artifacts
+        forged = ("import os\nfor i in range(2):\n    os.write(3, ('{\"t\":\"case\",\"i\":%d,\"pass\":true}\\n' % i).encode())\n"
+                  "os.write(3, b'{\"t\":\"done\",\"n\":2}\\n')\n"
+                  "class Eq:\n    def __eq__(self, o):\n        return True\n"
+                  "import builtins\nbuiltins.AssertionError = type('X', (Exception,), {})\n"
+                  "def f(x):\n    return 0\n")
+        ev = pool.evaluate(prob, forged)
+        assert ev.vector[:2] == [0.0, 0.0] and not ev.solved

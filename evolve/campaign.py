@@ -135,6 +135,9 @@ class Campaign:
         if st.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
             self.backend.set_policy_version(int(st["policy_version"]))
         self._pending = Batch.from_dict(st["pending"]) if st.get("pending") else None
+        hook = getattr(self.on_iteration, "on_restore", None)
+        if hook is not None:
+            hook(self)
         return True
 
     def _checkpoint(self, pending: Batch | None) -> dict:

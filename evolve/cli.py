@@ -267,6 +267,61 @@ def cmd_curves(args) -> int:
         print(f"wrote {csv_path}")
     return 0
 
+
+# ------------------------------------------------------------------ proposer studies
+
+def _problems_for(args):
+    reg = _registry(args)
+    probs = reg.select(suite=args.suite, ids=getattr(args, "problem", []) or [])
+    if not probs:
+        raise UserError("no problems selected (give --suite or --problem)")
+    return probs
+
+
+def cmd_train(args) -> int:
+    from proposer.backends import make_backend
+
+    from .study import train
+
+    probs = _problems_for(args)
+    backend = make_backend(args.proposer)
+    with _pool(args.workers) as pool:
+        hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
+                     batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
+                     max_tokens=args.max_tokens)
+    if hist:
+        print(f"trained {len(hist)} steps: mean set reward {hist[0]['mean_set_reward']:.3f} -> "
+              f"{hist[-1]['mean_set_reward']:.3f}; model saved to {args.out} (use --proposer hf:{args.out})")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from proposer.backends import make_backend
+
+    from .study import evaluate_proposer
+
+    probs = _problems_for(args)
+    backend = make_backend(args.proposer)
+    with _pool(args.workers) as pool:
+        res = evaluate_proposer(backend, probs, pool, k=args.k, m=args.answers, n=args.n, seed=args.seed,
+                                max_tokens=args.max_tokens)
+    if args.json:
+        print(json.dumps(res))
+    else:
+        k = res["k"]
+        print(f"{args.proposer} on {len(probs)} problems, budget n={res['n']} candidates (m={res['m']}):")
+        print(f"  best@{k} {res[f'best@{k}']:.4f}  pass@{k} {res[f'pass@{k}']:.4f}  pass@1 {res['pass@1']:.4f}  "
+              f"diversity {res['diversity']:.3f}  parse rate {res['parse_rate']:.3f}")
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    import runpy
+
+    sys.argv = ["proposer.tiny.pretrain", "--out", args.out, "--minutes", str(args.minutes), "--seed", str(args.seed)]
+    runpy.run_module("proposer.tiny.pretrain", run_name="__main__")
+    return 0
+
 # ------------------------------------------------------------------ parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -356,12 +411,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE.png|.svg")
     p.add_argument("--csv", action="store_true")
     p.set_defaults(fn=cmd_curves)
-    for register in EXTRA_COMMANDS:
-        register(sub)
+
+    for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
+                          ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):
+        p = sub.add_parser(name, help=hlp)
+        p.add_argument("--proposer", required=True, metavar="SPEC")
+        p.add_argument("--suite")
+        p.add_argument("--problem", action="append", default=[], metavar="ID")
+        pdir(p)
+        p.add_argument("--answers", type=int, default=4, help="m answers per completion")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--workers", type=int, default=2)
+        p.add_argument("--max-tokens", dest="max_tokens", type=int, default=384)
+        p.set_defaults(fn=fn)
+        if name == "train":
+            p.add_argument("--algo", default="vpo", choices=["vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
+            p.add_argument("--steps", type=int, default=10)
+            p.add_argument("--group", type=int, default=4, help="G completions per prompt")
+            p.add_argument("--batch", type=int, default=2, help="problems per step")
+            p.add_argument("--lr", type=float, default=1e-5)
+            p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+            p.add_argument("--out", required=True, metavar="DIR")
+        else:
+            p.add_argument("--k", type=int, default=30)
+            p.add_argument("--n", type=int, default=None, help="candidates per problem (default 2k)")
+            p.add_argument("--json", action="store_true")
+    p = sub.add_parser("pretrain", help="pretrain the tiny proposer on CPU (the bundled one was made this way)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--minutes", type=float, default=12)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(fn=cmd_pretrain)
     return ap
-
-
-EXTRA_COMMANDS: list = []  # proposer commands (pretrain, train, eval) register here
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         print("vevo: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
-        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError"):
+        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
+                                  "TrainingError"):
             print(f"vevo: error: {e}", file=sys.stderr)
             return 2
         raise

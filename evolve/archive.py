@@ -1,0 +1,517 @@
+"""The campaign's single source of truth: an append-only SQLite file (contract 2).
+
+One iteration (its groups, completions, evaluated programs, metrics and checkpoint) is written in ONE
+transaction, so a kill -9 at any moment leaves either the whole iteration or none of it; the `metrics` row
+is the iteration's completion mark. WAL lets readers (curves, dashboards) read while the campaign writes.
+
+`synchronous=FULL`: with WAL, NORMAL already survives a killed process, but a power loss or OS crash could
+drop the last commits after the campaign has reported them. FULL costs one fsync per iteration, nothing next
+to seconds of generation and evaluation, and makes "recorded" mean "on disk".
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple, Sequence
+from urllib.parse import quote
+
+import numpy as np
+
+from evaluators.types import Evaluation
+from proposer.base import Completion, SamplingParams
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS "groups"(
+    id INTEGER PRIMARY KEY,
+    problem TEXT NOT NULL,
+    island INTEGER NOT NULL,
+    iteration INTEGER NOT NULL,
+    parent_id INTEGER REFERENCES programs(id),
+    prompt TEXT NOT NULL,
+    policy_version INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    m INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS completions(
+    id INTEGER PRIMARY KEY,
+    group_id INTEGER NOT NULL REFERENCES "groups"(id),
+    idx INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    answers TEXT NOT NULL,
+    answer_vectors TEXT NOT NULL,
+    token_ids TEXT,
+    logprobs TEXT,
+    prompt_token_ids TEXT,
+    policy_version INTEGER NOT NULL,
+    sampling TEXT NOT NULL,
+    finish_reason TEXT NOT NULL,
+    UNIQUE(group_id, idx)
+);
+CREATE TABLE IF NOT EXISTS programs(
+    id INTEGER PRIMARY KEY,
+    problem TEXT NOT NULL,
+    island INTEGER NOT NULL,
+    iteration INTEGER NOT NULL,
+    parent_ids TEXT NOT NULL,
+    code TEXT NOT NULL,
+    code_hash TEXT NOT NULL,
+    vector TEXT NOT NULL,
+    scalar REAL NOT NULL,
+    solved INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    artifacts TEXT NOT NULL,
+    policy_version INTEGER NOT NULL,
+    completion_id INTEGER REFERENCES completions(id),
+    answer_index INTEGER,
+    eval_index INTEGER NOT NULL UNIQUE,
+    staleness INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS metrics(iteration INTEGER PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints(iteration INTEGER PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS training(step INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE INDEX IF NOT EXISTS programs_problem_island ON programs(problem, island, id);
+CREATE INDEX IF NOT EXISTS programs_iteration ON programs(iteration);
+CREATE INDEX IF NOT EXISTS programs_completion ON programs(completion_id);
+CREATE INDEX IF NOT EXISTS programs_code_hash ON programs(problem, code_hash);
+CREATE INDEX IF NOT EXISTS programs_solved ON programs(problem, iteration) WHERE solved = 1;
+CREATE INDEX IF NOT EXISTS groups_problem ON "groups"(problem, id);
+CREATE INDEX IF NOT EXISTS groups_iteration ON "groups"(iteration);
+"""
+
+_PROGRAM_COLS = ("id, problem, island, iteration, parent_ids, code, code_hash, vector, scalar, solved, status, "
+                 "artifacts, policy_version, completion_id, answer_index, eval_index, staleness")
+_COMPLETION_COLS = ("id, group_id, idx, text, answers, answer_vectors, token_ids, logprobs, prompt_token_ids, "
+                    "policy_version, sampling, finish_reason")
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, np.generic):
+        return o.item()
+    return str(o)
+
+
+def _dumps(obj: Any) -> str:
+    """Canonical JSON (sorted keys, compact) so the same run writes byte-identical archives (contract 3)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _dumps_opt(obj: Any) -> str | None:
+    return None if obj is None else _dumps(obj)
+
+
+def _loads_opt(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _floats(vector: Sequence[float] | np.ndarray) -> list[float]:
+    return [float(x) for x in vector]
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------- records (in)
+
+@dataclass
+class CompletionRecord:
+    """One completion of a group as it will be stored. `answer_vectors` has one vector per answer; an empty,
+    invalid or duplicate answer gets a zero vector, since only new programs become rows of `programs`."""
+
+    idx: int
+    text: str
+    answers: list[str]
+    answer_vectors: list[list[float]]
+    policy_version: int = 0
+    sampling: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    prompt_token_ids: list[int] | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.answer_vectors) != len(self.answers):
+            raise ValueError(f"completion {self.idx}: {len(self.answers)} answers but "
+                             f"{len(self.answer_vectors)} answer vectors")
+
+    @classmethod
+    def from_completion(cls, idx: int, completion: Completion, answers: list[str],
+                        answer_vectors: list[list[float]],
+                        sampling: SamplingParams | dict[str, Any] | None = None) -> "CompletionRecord":
+        if isinstance(sampling, SamplingParams):
+            sampling = sampling.to_dict()
+        return cls(idx=idx, text=completion.text, answers=list(answers),
+                   answer_vectors=[_floats(v) for v in answer_vectors], policy_version=completion.policy_version,
+                   sampling=dict(sampling or {}), finish_reason=completion.finish_reason,
+                   token_ids=completion.token_ids, logprobs=completion.logprobs,
+                   prompt_token_ids=completion.prompt_token_ids)
+
+
+@dataclass
+class GroupRecord:
+    """The G completions the proposer returned for one prompt (n = len(completions), m answers each)."""
+
+    problem: str
+    island: int
+    parent_id: int | None
+    prompt: str
+    m: int
+    completions: list[CompletionRecord]
+    policy_version: int = 0
+
+    def __post_init__(self) -> None:
+        idxs = [c.idx for c in self.completions]
+        if len(set(idxs)) != len(idxs):
+            raise ValueError(f"group for {self.problem!r}: duplicate completion idx in {idxs}")
+
+
+@dataclass
+class ProgramRecord:
+    """One evaluated candidate. `completion` = (index of its group in the same record_iteration call,
+    completion idx); None for programs that no completion produced (seeds, migrants are not re-recorded).
+    policy_version None means: the completion's version, or 0 without a completion."""
+
+    problem: str
+    island: int
+    code: str
+    evaluation: Evaluation
+    parent_ids: list[int] = field(default_factory=list)
+    completion: tuple[int, int] | None = None
+    answer_index: int | None = None
+    policy_version: int | None = None
+    staleness: int = 0
+
+
+# --------------------------------------------------------------------------------------------- rows (out)
+
+@dataclass(frozen=True)
+class ProgramRow:
+    id: int
+    problem: str
+    island: int
+    iteration: int
+    parent_ids: list[int]
+    code: str
+    code_hash: str
+    vector: list[float]
+    scalar: float
+    solved: bool
+    status: str
+    artifacts: dict[str, Any]
+    policy_version: int
+    completion_id: int | None
+    answer_index: int | None
+    eval_index: int
+    staleness: int
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return Evaluation(vector=list(self.vector), scalar=self.scalar, solved=self.solved, status=self.status,
+                          artifacts=dict(self.artifacts))
+
+
+@dataclass(frozen=True)
+class CompletionRow:
+    id: int
+    group_id: int
+    idx: int
+    text: str
+    answers: list[str]
+    answer_vectors: list[list[float]]
+    token_ids: list[int] | None
+    logprobs: list[float] | None
+    prompt_token_ids: list[int] | None
+    policy_version: int
+    sampling: dict[str, Any]
+    finish_reason: str
+
+    def score_matrix(self) -> np.ndarray:
+        """m × d scores of this completion's answers (the input of the VPO/GRPO estimators)."""
+        if not self.answer_vectors:
+            return np.zeros((0, 0))
+        return np.asarray(self.answer_vectors, dtype=float)
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    id: int
+    problem: str
+    island: int
+    iteration: int
+    parent_id: int | None
+    prompt: str
+    policy_version: int
+    n: int
+    m: int
+    completions: tuple[CompletionRow, ...]
+
+
+class MetricsRow(NamedTuple):
+    iteration: int
+    data: dict[str, Any]
+
+
+class TrainingRow(NamedTuple):
+    step: int
+    policy_version: int
+    data: dict[str, Any]
+
+
+class ProgressRow(NamedTuple):
+    problem: str
+    iteration: int
+    eval_index: int
+    scalar: float
+    solved: bool
+
+
+def _program_row(r: tuple) -> ProgramRow:
+    return ProgramRow(id=r[0], problem=r[1], island=r[2], iteration=r[3], parent_ids=json.loads(r[4]), code=r[5],
+                      code_hash=r[6], vector=json.loads(r[7]), scalar=float(r[8]), solved=bool(r[9]), status=r[10],
+                      artifacts=json.loads(r[11]), policy_version=r[12], completion_id=r[13], answer_index=r[14],
+                      eval_index=r[15], staleness=r[16])
+
+
+def _completion_row(r: tuple) -> CompletionRow:
+    return CompletionRow(id=r[0], group_id=r[1], idx=r[2], text=r[3], answers=json.loads(r[4]),
+                         answer_vectors=json.loads(r[5]), token_ids=_loads_opt(r[6]), logprobs=_loads_opt(r[7]),
+                         prompt_token_ids=_loads_opt(r[8]), policy_version=r[9], sampling=json.loads(r[10]),
+                         finish_reason=r[11])
+
+
+# ------------------------------------------------------------------------------------------------ archive
+
+class Archive:
+    """Append-only SQLite archive of one campaign. Opening an existing file continues it.
+
+    Thread-safe (one connection behind a lock), so a pipelined campaign may write from a worker thread."""
+
+    def __init__(self, path: str | Path, readonly: bool = False):
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        if readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no archive at {self.path}")
+            self._conn, tables = self._open_readonly()
+            if not {"programs", "groups", "metrics", "meta"} <= tables:
+                self._conn.close()
+                raise ValueError(f"{self.path} is not a vevo archive")
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
+        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode})")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        with self._transaction() as c:
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    c.execute(stmt)
+            c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
+
+    # -- plumbing
+    def _open_readonly(self) -> tuple[sqlite3.Connection, set[str]]:
+        """mode=ro reads a live archive; a WAL file in a read-only folder (no -shm possible) is opened as
+        immutable instead, which is right for finished runs copied elsewhere."""
+        base = f"file:{quote(str(self.path.resolve()))}"
+        for query in ("?mode=ro", "?immutable=1"):
+            conn = sqlite3.connect(base + query, uri=True, timeout=30, isolation_level=None, check_same_thread=False)
+            try:
+                conn.execute("PRAGMA query_only=ON")
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                return conn, tables
+            except sqlite3.OperationalError:
+                conn.close()
+                if query == "?immutable=1":
+                    raise
+        raise AssertionError("unreachable")
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception (including KeyboardInterrupt)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    # -- writing
+    def record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
+                         metrics: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> list[int]:
+        """Write one whole iteration atomically; returns the new program ids in the order of `programs`.
+
+        Iterations must increase. Programs get consecutive eval_index values after those already recorded.
+        checkpoint None: no checkpoint row for this iteration (checkpoint_every > 1)."""
+        with self._transaction() as c:
+            last = c.execute("SELECT MAX(iteration) FROM metrics").fetchone()[0]
+            if last is not None and iteration <= last:
+                raise ValueError(f"iteration {iteration} already recorded (last is {last})")
+            completion_of: dict[tuple[int, int], tuple[int, int]] = {}
+            for gi, g in enumerate(groups):
+                gid = c.execute(
+                    'INSERT INTO "groups"(problem, island, iteration, parent_id, prompt, policy_version, n, m) '
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (g.problem, g.island, iteration, g.parent_id, g.prompt, g.policy_version, len(g.completions),
+                     g.m)).lastrowid
+                for comp in g.completions:
+                    cid = c.execute(
+                        f"INSERT INTO completions({_COMPLETION_COLS.split(', ', 1)[1]}) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (gid, comp.idx, comp.text, _dumps(list(comp.answers)),
+                         _dumps([_floats(v) for v in comp.answer_vectors]), _dumps_opt(comp.token_ids),
+                         _dumps_opt(comp.logprobs), _dumps_opt(comp.prompt_token_ids), comp.policy_version,
+                         _dumps(comp.sampling), comp.finish_reason)).lastrowid
+                    completion_of[(gi, comp.idx)] = (cid, comp.policy_version)
+            eval_index = c.execute("SELECT COALESCE(MAX(eval_index), 0) FROM programs").fetchone()[0]
+            ids = []
+            for p in programs:
+                completion_id, version = None, 0
+                if p.completion is not None:
+                    if tuple(p.completion) not in completion_of:
+                        raise ValueError(f"program refers to completion {p.completion} (group index, idx) "
+                                         "that is not in this iteration")
+                    completion_id, version = completion_of[tuple(p.completion)]
+                if p.policy_version is not None:
+                    version = p.policy_version
+                ev = p.evaluation
+                eval_index += 1
+                ids.append(c.execute(
+                    f"INSERT INTO programs({_PROGRAM_COLS.split(', ', 1)[1]}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (p.problem, p.island, iteration, _dumps([int(i) for i in p.parent_ids]), p.code,
+                     code_hash(p.code), _dumps(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)),
+                     ev.status, _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index,
+                     p.staleness)).lastrowid)
+            c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
+            if checkpoint is not None:
+                c.execute("INSERT INTO checkpoints(iteration, state) VALUES (?, ?)", (iteration, _dumps(checkpoint)))
+        return ids
+
+    def record_training(self, step: int, policy_version: int, data: dict[str, Any]) -> None:
+        with self._transaction() as c:
+            c.execute("INSERT INTO training(step, policy_version, data) VALUES (?, ?, ?)",
+                      (step, policy_version, _dumps(data)))
+
+    def set_meta(self, key: str, value: str) -> None:
+        """meta is the one mutable table (config, seed, problem list): a key is overwritten."""
+        with self._transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, str(value)))
+
+    # -- reading
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else default
+
+    def last_iteration(self) -> int | None:
+        return self._query("SELECT MAX(iteration) FROM metrics")[0][0]
+
+    def last_checkpoint(self) -> tuple[int, dict[str, Any]] | None:
+        rows = self._query("SELECT iteration, state FROM checkpoints ORDER BY iteration DESC LIMIT 1")
+        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+
+    def program(self, program_id: int) -> ProgramRow | None:
+        rows = self._query(f"SELECT {_PROGRAM_COLS} FROM programs WHERE id = ?", (program_id,))
+        return _program_row(rows[0]) if rows else None
+
+    def programs(self, problem: str | None = None, island: int | None = None,
+                 since_id: int | None = None) -> list[ProgramRow]:
+        """Programs in id order, optionally of one problem / island, or only those with id > since_id."""
+        where, params = [], []
+        for cond, value in (("problem = ?", problem), ("island = ?", island), ("id > ?", since_id)):
+            if value is not None:
+                where.append(cond)
+                params.append(value)
+        sql = f"SELECT {_PROGRAM_COLS} FROM programs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return [_program_row(r) for r in self._query(sql + " ORDER BY id", params)]
+
+    def count_programs(self) -> int:
+        return self._query("SELECT COUNT(*) FROM programs")[0][0]
+
+    def n_evaluations(self) -> int:
+        return self._query("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
+
+    def recent_groups(self, limit: int, problem: str | None = None) -> list[GroupRow]:
+        """The `limit` most recent groups (optionally of one problem), oldest first, with their completions.
+        Every recorded group is complete: it was written in the same transaction as its completions."""
+        if limit <= 0:
+            return []
+        sql = 'SELECT id, problem, island, iteration, parent_id, prompt, policy_version, n, m FROM "groups"'
+        params: list[Any] = []
+        if problem is not None:
+            sql += " WHERE problem = ?"
+            params.append(problem)
+        groups = self._query(sql + " ORDER BY id DESC LIMIT ?", params + [limit])[::-1]
+        if not groups:
+            return []
+        ids = [g[0] for g in groups]
+        marks = ",".join("?" * len(ids))
+        by_group: dict[int, list[CompletionRow]] = {i: [] for i in ids}
+        for r in self._query(f"SELECT {_COMPLETION_COLS} FROM completions WHERE group_id IN ({marks}) "
+                             "ORDER BY group_id, idx", ids):
+            by_group[r[1]].append(_completion_row(r))
+        return [GroupRow(*g, completions=tuple(by_group[g[0]])) for g in groups]
+
+    def metrics_rows(self) -> list[MetricsRow]:
+        return [MetricsRow(i, json.loads(d)) for i, d in self._query("SELECT iteration, data FROM metrics "
+                                                                     "ORDER BY iteration")]
+
+    def training_rows(self) -> list[TrainingRow]:
+        return [TrainingRow(s, v, json.loads(d))
+                for s, v, d in self._query("SELECT step, policy_version, data FROM training ORDER BY step")]
+
+    def status_counts(self, problem: str | None = None) -> dict[str, int]:
+        if problem is None:
+            rows = self._query("SELECT status, COUNT(*) FROM programs GROUP BY status ORDER BY status")
+        else:
+            rows = self._query("SELECT status, COUNT(*) FROM programs WHERE problem = ? GROUP BY status "
+                               "ORDER BY status", (problem,))
+        return dict(rows)
+
+    def solved_problems(self) -> dict[str, int]:
+        """problem -> the first iteration in which a program solved it."""
+        return dict(self._query("SELECT problem, MIN(iteration) FROM programs WHERE solved = 1 "
+                                "GROUP BY problem ORDER BY problem"))
+
+    def progress_rows(self) -> list[ProgressRow]:
+        """The few columns curves need, one row per evaluated program, in evaluation order."""
+        return [ProgressRow(p, it, e, float(s), bool(v)) for p, it, e, s, v in self._query(
+            "SELECT problem, iteration, eval_index, scalar, solved FROM programs ORDER BY eval_index")]
+
+    def export_rows(self) -> list[dict[str, Any]]:
+        """One plain row per evaluated program, in id order: what two runs of the same seed must agree on."""
+        return [{"problem": p, "island": isl, "iteration": it, "status": st, "scalar": float(s),
+                 "solved": bool(sv), "vector": json.loads(v), "code_hash": h}
+                for p, isl, it, st, s, sv, v, h in self._query(
+                    "SELECT problem, island, iteration, status, scalar, solved, vector, code_hash FROM programs "
+                    "ORDER BY id")]

@@ -1,0 +1,164 @@
+"""Search curves from archive files alone (contract 6: any run can be re-plotted later).
+
+pass@t: problems solved by iteration (or evaluation) t. best@t: mean over the run's problems of the best scalar
+found so far; a problem listed in meta "problems" counts 0 until it has a program. Curves are step functions:
+the value at x is the value after the last point at or before x, and 0 before the first point.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import numpy as np
+
+from evolve.archive import Archive, ProgressRow
+
+Axis = Literal["iterations", "evaluations"]
+CSV_COLUMNS = ("label", "x", "runs", "solved_mean", "solved_min", "solved_max", "solved_std",
+               "best_mean", "best_min", "best_max", "best_std")
+
+
+def _check_axis(x: str) -> None:
+    if x not in ("iterations", "evaluations"):
+        raise ValueError(f"x must be 'iterations' or 'evaluations', got {x!r}")
+
+
+def _run_curves(rows: list[ProgressRow], listed: list[str], x: Axis,
+                iterations: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pure core: (xs, solved count, mean best) from progress rows in evaluation order."""
+    problems = sorted(set(listed) | {r.problem for r in rows})
+    best: dict[str, float] = {}
+    solved: set[str] = set()
+    total_best = 0.0
+    n_solved = np.zeros(len(rows))
+    mean_best = np.zeros(len(rows))
+    for i, r in enumerate(rows):
+        old = best.get(r.problem)
+        if old is None or r.scalar > old:
+            total_best += r.scalar - (old if old is not None else 0.0)
+            best[r.problem] = r.scalar
+        if r.solved:
+            solved.add(r.problem)
+        n_solved[i] = len(solved)
+        mean_best[i] = total_best / len(problems)
+    if x == "evaluations":
+        return np.array([r.eval_index for r in rows], dtype=float), n_solved, mean_best
+    # iterations increase with evaluation order (the archive enforces it), so the value after an iteration is
+    # the value after its last program; iterations without programs (all duplicates) carry the value forward
+    xs = np.array(sorted(set(iterations) | {r.iteration for r in rows}), dtype=float)
+    its = np.array([r.iteration for r in rows], dtype=float)
+    return xs, _step_at(its, n_solved, xs, past_end=None), _step_at(its, mean_best, xs, past_end=None)
+
+
+def run_curves(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xs, pass@x, best@x) of one archive, read in one pass."""
+    _check_axis(x)
+    with Archive(archive_path, readonly=True) as a:
+        rows = a.progress_rows()
+        listed = json.loads(a.get_meta("problems") or "[]")
+        iterations = [m.iteration for m in a.metrics_rows()]
+    return _run_curves(rows, [str(p) for p in listed], x, iterations)
+
+
+def pass_at(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray]:
+    """xs and the number of problems solved by each x."""
+    xs, solved, _ = run_curves(archive_path, x)
+    return xs, solved
+
+
+def best_at(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray]:
+    """xs and the mean over the run's problems of the best scalar found by each x."""
+    xs, _, best = run_curves(archive_path, x)
+    return xs, best
+
+
+def _step_at(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray, past_end: float | None = np.nan) -> np.ndarray:
+    """Value of the step function (xs sorted, ys) at each grid point: 0 before the first x, the last value
+    carried forward after the last x, or `past_end` there unless it is None."""
+    if len(xs) == 0:
+        return np.zeros(len(grid)) if past_end is None else np.full(len(grid), past_end)
+    idx = np.searchsorted(xs, grid, side="right") - 1
+    out = np.where(idx >= 0, ys[np.maximum(idx, 0)], 0.0)
+    return out if past_end is None else np.where(grid > xs[-1], past_end, out)
+
+
+def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> list[dict[str, Any]]:
+    """Rows (label, x, runs, solved_*, best_*) on one x grid shared by every label (the union of all runs'
+    xs). Runs under one label are averaged, with min/max/std across them; a run counts only up to its own
+    last x, and `runs` says how many runs a row averages. Rows no run of a label reaches are left out."""
+    _check_axis(x)
+    curves = {label: [run_curves(p, x) for p in paths] for label, paths in runs.items()}
+    all_xs = [c[0] for cs in curves.values() for c in cs]
+    grid = np.unique(np.concatenate(all_xs)) if all_xs else np.array([])
+    rows: list[dict[str, Any]] = []
+    for label, cs in curves.items():
+        if not cs:
+            continue
+        solved = np.array([_step_at(c[0], c[1], grid) for c in cs])
+        best = np.array([_step_at(c[0], c[2], grid) for c in cs])
+        present = (~np.isnan(solved)).sum(axis=0)
+        for j, gx in enumerate(grid):
+            if present[j] == 0:
+                continue
+            s, b = solved[:, j][~np.isnan(solved[:, j])], best[:, j][~np.isnan(best[:, j])]
+            rows.append({"label": label, "x": int(gx) if float(gx).is_integer() else float(gx),
+                         "runs": int(present[j]),
+                         "solved_mean": float(s.mean()), "solved_min": float(s.min()),
+                         "solved_max": float(s.max()), "solved_std": float(s.std()),
+                         "best_mean": float(b.mean()), "best_min": float(b.min()),
+                         "best_max": float(b.max()), "best_std": float(b.std())})
+    return rows
+
+
+def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path) -> Path:
+    """Two panels (problems solved vs x, mean best score vs x), one line per label with a min–max band when a
+    label has several runs. PNG, SVG or PDF by the file's extension. Uses the Agg canvas, no pyplot state."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    out = Path(out_path)
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ValueError(f"{out}: plot format must be .png, .svg or .pdf")
+    rows = curve_table(runs, x)
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    panels = fig.subplots(1, 2)
+    for ax, key, title in ((panels[0], "solved", "problems solved"), (panels[1], "best", "mean best score")):
+        for label in runs:
+            rs = [r for r in rows if r["label"] == label]
+            if not rs:
+                continue
+            xs = [r["x"] for r in rs]
+            line, = ax.step(xs, [r[f"{key}_mean"] for r in rs], where="post", label=label)
+            if max(r["runs"] for r in rs) > 1:
+                ax.fill_between(xs, [r[f"{key}_min"] for r in rs], [r[f"{key}_max"] for r in rs], step="post",
+                                alpha=0.2, color=line.get_color(), linewidth=0)
+        ax.set_xlabel(x)
+        ax.set_ylabel(title)
+        ax.grid(alpha=0.3)
+    panels[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    panels[0].legend(loc="best")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    return out
+
+
+def write_csv(rows: list[dict[str, Any]], path_or_stdout: str | Path | IO[str] | None = None) -> None:
+    """Write curve_table rows as CSV to a path, an open text stream, or stdout (None or "-")."""
+    if path_or_stdout is None or str(path_or_stdout) == "-":
+        _write(rows, sys.stdout)
+    elif hasattr(path_or_stdout, "write"):
+        _write(rows, path_or_stdout)  # type: ignore[arg-type]
+    else:
+        with open(path_or_stdout, "w", newline="", encoding="utf-8") as f:  # type: ignore[arg-type]
+            _write(rows, f)
+
+
+def _write(rows: list[dict[str, Any]], f: IO[str]) -> None:
+    w = csv.DictWriter(f, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)

@@ -1,0 +1,158 @@
+"""Studies outside evolution: RL on problems (`vevo train`) and proposer evaluation (`vevo eval`).
+
+`train` samples G completions of m answers for a prompt built from each problem's seed program, scores
+every answer in the sandbox, turns the score matrices into advantages (VPO or a baseline) and takes one
+PolicyTrainer step per batch of problems. `eval` gives every proposer the same candidate budget k per
+problem (an m-answer completion spends m candidates) and reports best@k, pass@k and reward diversity.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evaluators.types import Evaluation
+from problems.model import Problem
+from proposer.base import SamplingParams
+from proposer.campaign_training import reward_diversity
+from proposer.estimators import ESTIMATORS
+from proposer.parsing import parse_answers
+from proposer.prompting import PromptContext, build_prompt
+from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+
+from .mutate import MutationError, apply_answer
+
+
+def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int) -> str:
+    labels = [problem.test_label(i) for i in range(problem.n_tests)] or \
+        [f"metric {j}" for j in range(len(seed_eval.vector))]
+    return build_prompt(PromptContext(problem_id=problem.id, description=problem.description,
+                                      parent_code=problem.seed_code, parent_vector=list(seed_eval.vector),
+                                      test_labels=labels[: len(seed_eval.vector)], m=m))
+
+
+def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool) -> tuple[list[np.ndarray], list[Evaluation]]:
+    """Each completion → its (m × d) score matrix; unparseable or inapplicable answers score 0."""
+    codes, where = [], []
+    for ci, text in enumerate(texts):
+        for ai, a in enumerate(parse_answers(text, m)):
+            if a.kind in ("code", "diff"):
+                try:
+                    codes.append(apply_answer(problem.seed_code, a))
+                    where.append((ci, ai))
+                except MutationError:
+                    pass
+    evs = pool.evaluate_many([(problem, c) for c in codes]) if codes else []
+    mats = [np.zeros((m, d)) for _ in texts]
+    for (ci, ai), ev in zip(where, evs):
+        v = np.asarray(ev.vector[:d], dtype=float)
+        mats[ci][ai, : v.size] = v
+    return mats, evs
+
+
+def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: int = 10, m: int = 4, group: int = 4,
+          batch: int = 2, lr: float = 1e-5, lora: bool = True, seed: int = 0, out: str | Path | None = None,
+          max_tokens: int = 384, temperature: float = 1.0, log=print) -> list[dict[str, Any]]:
+    if not hasattr(backend, "model"):
+        raise ValueError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
+    model = backend.model
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        names = {n.split(".")[-1] for n, _ in model.named_modules()}
+        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                                 target_modules=[t for t in ("q_proj", "k_proj", "v_proj", "o_proj")
+                                                                 if t in names]))
+        backend.model = model
+    trainer = PolicyTrainer(model, TrainConfig(lr=lr), ref_model=None if lora else PolicyTrainer.frozen_copy(model))
+    seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
+    rng = np.random.default_rng(seed)
+    history = []
+    for step in range(steps):
+        chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
+        prompts = [seed_prompt(problems[i], seeds[i], m) for i in chosen]
+        groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                                                 seed=seed * 100_003 + step))
+        mats, gids, comps = [], [], []
+        for gi, (i, comps_i) in enumerate(zip(chosen, groups)):
+            d = max(1, len(seeds[i].vector))
+            ms, _ = score_completions(problems[i], [c.text for c in comps_i], m, d, pool)
+            mats += ms
+            gids += [gi] * len(ms)
+            comps += comps_i
+        est = ESTIMATORS[algo]
+        adv, diag = est(mats, gids, rng=rng) if algo == "vpo" else est(mats, gids)
+        samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv) if abs(a) > 0]
+        stats: dict[str, Any] = {"step": step, "mean_set_reward": float(np.mean(diag["raw_scores"])),
+                                 "best_answer": float(np.mean([x.max() if x.size else 0.0 for x in mats])),
+                                 "reward_diversity": reward_diversity(mats), "samples": len(samples)}
+        if samples:
+            stats.update(trainer.step(samples))
+        backend.set_policy_version(step + 1)
+        history.append(stats)
+        log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        merged = model.merge_and_unload() if lora else model
+        merged.save_pretrained(str(out))
+        backend.tokenizer.save_pretrained(str(out))
+        (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+        if lora:
+            backend.model = merged
+    return history
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct (Chen et al. 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m: int = 4, n: int | None = None,
+                      max_tokens: int = 384, temperature: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """Budget n ≥ k candidates per problem (n defaults to 2k): ceil(n / m) completions of m answers.
+    Missing or unparseable answers still spend their budget slot (they score 0)."""
+    n = n or 2 * k
+    seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
+    per: list[dict[str, Any]] = []
+    prompts = [seed_prompt(p, s, m) for p, s in zip(problems, seeds)]
+    n_comp = math.ceil(n / m)
+    groups = backend.generate(prompts, n_comp, SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                                              seed=seed))
+    parsed = total = 0
+    for p, s, comps in zip(problems, seeds, groups):
+        d = max(1, len(s.vector))
+        texts = [c.text for c in comps]
+        mats, evs = score_completions(p, texts, m, d, pool)
+        for t in texts:
+            for a in parse_answers(t, m):
+                total += 1
+                parsed += a.kind in ("code", "diff")
+        rows = np.concatenate(mats)[:n] if mats else np.zeros((0, d))
+        solved_flags = [ev.solved for ev in evs][:n]
+        c = sum(solved_flags)
+        scal = [ev.scalar for ev in evs][:n]
+        per.append({"problem": p.id, "n": n, "solved": c, f"pass@{k}": pass_at_k(n, c, k),
+                    "pass@1": pass_at_k(n, c, 1), f"best@{k}": _best_at_k(scal + [0.0] * (n - len(scal)), k),
+                    "diversity": reward_diversity([rows])})
+    return {"problems": per, f"pass@{k}": float(np.mean([r[f"pass@{k}"] for r in per])),
+            "pass@1": float(np.mean([r["pass@1"] for r in per])),
+            f"best@{k}": float(np.mean([r[f"best@{k}"] for r in per])),
+            "diversity": float(np.mean([r["diversity"] for r in per])), "parse_rate": parsed / max(total, 1),
+            "k": k, "n": n, "m": m}
+
+
+def _best_at_k(scores: list[float], k: int) -> float:
+    """Expected max of k draws without replacement from the n scores (rank-weighted, unbiased)."""
+    x = np.sort(np.asarray(scores, dtype=float))
+    n = x.size
+    if n == 0 or k <= 0:
+        return 0.0
+    k = min(k, n)
+    w = np.array([math.comb(i, k - 1) for i in range(n)], dtype=float) / math.comb(n, k)
+    return float((w * x).sum())

@@ -1,0 +1,157 @@
+"""Periodic proposer updates inside a campaign: every ``train_every`` iterations, the ``train_batch`` most
+recent complete groups of the archive → advantages (VPO or a baseline) → one PolicyTrainer step → a new
+policy version published to the backend (in place for ``hf``; the adapter is saved under the run dir).
+
+Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/``; a training step
+that a kill interrupted is redone, one that finished is not, so a resumed run trains exactly when the
+uninterrupted one did.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .estimators import ESTIMATORS
+from .training import PolicyTrainer, TrainConfig, TrainSample
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class TrainingError(Exception):
+    """One-line error: training asked of a backend that cannot train."""
+
+
+def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
+    """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion."""
+    mats, gids, comps = [], [], []
+    for g in groups:
+        d = max((len(v) for c in g.completions for v in c.answer_vectors), default=0)
+        for c in g.completions:
+            m = np.zeros((len(c.answer_vectors), d))
+            for i, v in enumerate(c.answer_vectors):
+                m[i, : len(v)] = v
+            mats.append(m)
+            gids.append(g.id)
+            comps.append(c)
+    return mats, gids, comps
+
+
+def reward_diversity(mats: list[np.ndarray]) -> float:
+    """Mean pairwise L1 distance between the answer vectors of one completion, averaged over completions."""
+    vals = []
+    for m in mats:
+        if m.shape[0] >= 2 and m.shape[1]:
+            diffs = np.abs(m[:, None, :] - m[None, :, :]).sum(-1)
+            vals.append(diffs[np.triu_indices(m.shape[0], 1)].mean())
+    return float(np.mean(vals)) if vals else 0.0
+
+
+class CampaignTrainer:
+    """Called by the campaign after each committed iteration (``on_iteration``)."""
+
+    def __init__(self, cfg, run_dir: str | Path, backend, *, lora_rank: int = 8):
+        if not hasattr(backend, "model") or not hasattr(backend, "tokenizer"):
+            raise TrainingError(f"--train {cfg.train} needs a trainable backend (tiny or hf:PATH), "
+                                f"not {getattr(backend, 'name', type(backend).__name__)}")
+        self.cfg, self.backend, self.algo = cfg, backend, cfg.train
+        self.dir = Path(run_dir) / "trainer"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        model = backend.model
+        if cfg.train_lora:
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if not isinstance(model, PeftModel):
+                names = {n.split(".")[-1] for n, _ in model.named_modules()}
+                targets = [t for t in LORA_TARGETS if t in names] or ["c_attn"]
+                model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
+                                                         target_modules=targets))
+                backend.model = model
+        self.trainer = PolicyTrainer(model, TrainConfig(lr=cfg.train_lr, epochs=cfg.train_epochs,
+                                                        minibatch=min(8, cfg.train_batch * cfg.group)),
+                                     ref_model=None if cfg.train_lora else PolicyTrainer.frozen_copy(model))
+        self.version = 0
+        self.last_iteration = -1
+        self._load()
+
+    # --------------------------------------------------------------- persistence
+    def _load(self) -> None:
+        state_file = self.dir / "state.json"
+        if not state_file.is_file():
+            return
+        import torch
+
+        st = json.loads(state_file.read_text())
+        self.version, self.last_iteration = int(st["version"]), int(st["iteration"])
+        weights = self.dir / "weights.pt"
+        if weights.is_file():
+            sd = torch.load(weights, map_location="cpu", weights_only=True)
+            trainable = {n for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+            self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
+        opt = self.dir / "optimizer.pt"
+        if opt.is_file():
+            self.trainer.load_state_dict(torch.load(opt, map_location="cpu", weights_only=False))
+        self.backend.set_policy_version(self.version)
+
+    def _save(self, iteration: int) -> None:
+        import torch
+
+        trainable = {n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        torch.save(trainable, self.dir / "weights.tmp")
+        torch.save(self.trainer.state_dict(), self.dir / "optimizer.tmp")
+        if self.cfg.train_lora:
+            self.trainer.save_adapter(self.dir / f"adapter-v{self.version}")
+        (self.dir / "weights.tmp").replace(self.dir / "weights.pt")
+        (self.dir / "optimizer.tmp").replace(self.dir / "optimizer.pt")
+        tmp = self.dir / "state.tmp"
+        tmp.write_text(json.dumps({"version": self.version, "iteration": iteration}))
+        tmp.replace(self.dir / "state.json")  # the commit point of a training step
+
+    # --------------------------------------------------------------- hooks
+    def on_restore(self, camp) -> None:
+        """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
+        a step due at the checkpoint's iteration that never finished is done now."""
+        self.backend.set_policy_version(self.version)
+        t = camp.iteration
+        if t > 0 and t % self.cfg.train_every == 0 and self.last_iteration < t:
+            self.train(camp, t)
+
+    def __call__(self, camp, iteration: int) -> None:
+        if iteration > 0 and iteration % self.cfg.train_every == 0 and iteration > self.last_iteration:
+            self.train(camp, iteration)
+
+    def train(self, camp, iteration: int) -> dict[str, Any] | None:
+        groups = [g for g in camp.archive.recent_groups(self.cfg.train_batch)
+                  if g.completions and all(c.token_ids for c in g.completions)]
+        if not groups:
+            return None
+        mats, gids, comps = score_matrices(groups)
+        rng = np.random.default_rng([self.cfg.seed, iteration])
+        est = ESTIMATORS[self.algo]
+        try:
+            adv, diag = est(mats, gids, rng=rng) if self.algo == "vpo" else est(mats, gids)
+        except ValueError as e:  # bad training input never stops the campaign
+            camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
+            self.last_iteration = iteration
+            return None
+        samples = [TrainSample(prompt_ids=list(c.prompt_token_ids or []), completion_ids=list(c.token_ids),
+                               behaviour_logprobs=c.logprobs, advantage=float(a))
+                   for c, a in zip(comps, adv) if abs(a) > 0 and c.prompt_token_ids]
+        stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
+                                 "samples": len(samples), "algo": self.algo}
+        raw = diag.get("raw_scores") if isinstance(diag, dict) else None
+        stats["mean_set_reward"] = float(np.mean(raw)) if raw is not None and len(raw) else 0.0
+        stats["reward_diversity"] = reward_diversity(mats)
+        for k, v in (diag or {}).items():
+            if isinstance(v, (int, float, np.floating, np.integer)):
+                stats[f"diag_{k}"] = float(v)
+        if samples:
+            stats.update(self.trainer.step(samples))
+            self.version += 1
+        self._save(iteration)
+        self.last_iteration = iteration
+        self.backend.set_policy_version(self.version)
+        camp.archive.record_training(iteration, self.version, stats)
+        return stats

@@ -46,6 +46,8 @@ class Worker:
         os.mkdir(workdir, 0o700)
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)
+        if job.get("mode") == "openevolve":
+            job = self._stage_evaluator(job, workdir)
         limits = isolation.Limits(time_limit=float(job["time_limit"]), memory_mb=int(job["memory_mb"]))
         r_res, w_res = os.pipe()
         r_out, w_out = os.pipe()
@@ -85,6 +87,25 @@ class Worker:
                 pass
         res["wall"] = round(time.monotonic() - t0, 6)
         return res
+
+    def _stage_evaluator(self, job: dict, workdir: str) -> dict:
+        """OpenEvolve evaluators may sit in a folder the sandbox uid cannot read (a 0700 home or tmp dir):
+        copy the folder (small files only) into the candidate's private dir and run it from there."""
+        src = os.path.dirname(job["evaluator"])
+        dst = os.path.join(workdir, "problem")
+
+        def ignore(d, names):
+            return [n for n in names if n == "__pycache__" or
+                    (os.path.isfile(os.path.join(d, n)) and os.path.getsize(os.path.join(d, n)) > 16 << 20)]
+        try:
+            shutil.copytree(src, dst, ignore=ignore, symlinks=False)
+        except (OSError, shutil.Error):
+            return job
+        if self.iso.uid is not None:
+            for d, dirs, files in os.walk(dst):
+                for n in [d] + [os.path.join(d, f) for f in files]:
+                    os.chown(n, self.iso.uid, self.iso.uid)
+        return dict(job, evaluator=os.path.join(dst, os.path.basename(job["evaluator"])))
 
     def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float) -> dict:
         bufs = {r_res: bytearray(), r_out: bytearray(), r_err: bytearray()}

@@ -69,7 +69,6 @@ def cmd_problems_new(args) -> int:
 
 
 def cmd_problems_check(args) -> int:
-    from problems.check import check_problem
     from problems.model import ProblemError
     from problems.registry import load_tree
 
@@ -79,21 +78,24 @@ def cmd_problems_check(args) -> int:
         probs = load_tree(target, errors)
     else:
         probs = [_registry(args).resolve(args.target)]
+    from problems.check import check_many
+
     bad_ref = 0
     with _pool(args.workers) as pool:
-        for p in probs:
-            res = check_problem(p, pool)
-            ref = res.get("reference")
-            if ref is not None and not ref["solved"]:
-                bad_ref += 1
-            if args.json:
-                print(json.dumps(res), flush=True)
-            else:
-                seed = res["seed"]
-                line = f"{p.id}: seed {seed['status']} {seed['scalar']:.3f}"
-                if ref is not None:
-                    line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
-                print(line, flush=True)
+        for start in range(0, len(probs), 32):  # chunks keep every worker busy and output flowing
+            chunk = probs[start:start + 32]
+            for p, res in zip(chunk, check_many(chunk, pool)):
+                ref = res.get("reference")
+                if ref is not None and not ref["solved"]:
+                    bad_ref += 1
+                if args.json:
+                    print(json.dumps(res), flush=True)
+                else:
+                    seed = res["seed"]
+                    line = f"{p.id}: seed {seed['status']} {seed['scalar']:.3f}"
+                    if ref is not None:
+                        line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
+                    print(line, flush=True)
     for e in errors:
         print(f"vevo: error: {e}", file=sys.stderr)
     if errors:

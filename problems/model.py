@@ -247,6 +247,10 @@ def _case_from_dict(t: Any, where: Path, fld: str) -> TestCase:
         raise ProblemError(where, fld, "must be a table")
     label = str(t.get("label", ""))
     keys = set(t) - {"label"}
+    allowed = {"args", "args_py", "expected", "expected_py", "kwargs", "stdin", "stdout", "assert", "inputs",
+               "outputs", "rtol", "atol"}
+    if keys - allowed:
+        raise ProblemError(where, f"{fld}.{sorted(keys - allowed)[0]}", "unknown key")
     if keys & {"args", "args_py", "expected", "expected_py", "kwargs"}:
         if "args_py" in t:
             args = _py_literal(t["args_py"], where, fld + ".args_py")

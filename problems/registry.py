@@ -98,7 +98,7 @@ class Registry:
         """A registered id, or a path to a problem folder."""
         if id_or_path in self.problems:
             return self.problems[id_or_path]
-        if os.path.sep in id_or_path or Path(id_or_path).exists():
+        if Path(id_or_path).exists():
             return load_folder(id_or_path)
         return self.get(id_or_path)
 

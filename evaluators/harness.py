@@ -18,6 +18,7 @@ _write = os.write
 _dumps = json.dumps
 _encode = values.encode
 _decode = values.decode
+_opaque = values.opaque
 _BaseException = BaseException
 _MemoryError = MemoryError
 _isinstance = isinstance
@@ -63,7 +64,16 @@ def main(job: dict, fd: int) -> None:
     return run_function(code, job, emit)
 
 
-def run_function(code, job: dict, emit, encode=_encode, decode=_decode, exc_type=_BaseException) -> None:
+def _encoder(encode=_encode, opaque=_opaque, exc_type=_BaseException):
+    def enc(v):
+        try:
+            return encode(v)
+        except exc_type:  # unserialisable: the parent sees an opaque value (truthy, equal to nothing)
+            return opaque(v)
+    return enc
+
+
+def run_function(code, job: dict, emit, encode=_encoder(), decode=_decode, exc_type=_BaseException) -> None:
     ns: dict = {"__name__": "candidate", "__builtins__": builtins}
     emit({"t": "start"})
     try:
@@ -96,10 +106,7 @@ def run_function(code, job: dict, emit, encode=_encode, decode=_decode, exc_type
                 rec = {"t": "case", "i": i, "err": f"NameError: entry point {entry!r} is not defined"}
             elif kind == "call":
                 result = fn(*decode(case["args"]), **decode(case.get("kwargs", {})))
-                try:
-                    rec = {"t": "case", "i": i, "v": encode(result)}
-                except exc_type as e:
-                    rec = {"t": "case", "i": i, "err": f"unserialisable result: {_exc(e)}"}
+                rec = {"t": "case", "i": i, "v": encode(result)}
             else:  # points
                 outs = []
                 for x in case["inputs"]:

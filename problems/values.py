@@ -26,7 +26,7 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if value is None or t is bool or t is str:
         return value
     if t is int:
-        return value if abs(value) < 2**53 else {"__int__": str(value)}
+        return value if abs(value) < 2**53 else {"__int__": hex(value)}
     if t is float:
         return value if math.isfinite(value) else {"__float__": repr(value)}
     d = _depth + 1
@@ -46,7 +46,51 @@ def encode(value: Any, _depth: int = 0) -> Any:
         return {"__bytes__": value.hex()}
     if t is complex:
         return {"__complex__": [encode(value.real, d), encode(value.imag, d)]}
+    return _encode_subclass(value, t, d)
+
+
+def _encode_subclass(value: Any, t: type, d: int) -> Any:
+    """Subclasses of builtins (Counter, defaultdict, OrderedDict, namedtuple, IntEnum, numpy floats) and numpy
+    scalars/arrays travel as their builtin base, read through the base type's own methods. Safe: the parent
+    compares the plain copy, so an overridden ``__eq__`` or ``__iter__`` can only change which value is sent."""
+    for base in (bool, int, float, str, bytes, complex):
+        if isinstance(value, base):
+            return encode(base(value) if base is not int else int.__index__(value), d)
+    if isinstance(value, dict):
+        return encode(dict(dict.items(value)), d)
+    if isinstance(value, tuple):
+        return encode(tuple(tuple.__iter__(value)), d)
+    if isinstance(value, list):
+        return encode(list(list.__iter__(value)), d)
+    if isinstance(value, frozenset):
+        return encode(frozenset(frozenset.__iter__(value)), d)
+    if isinstance(value, set):
+        return encode(set(set.__iter__(value)), d)
+    if t.__module__ == "numpy" and hasattr(value, "tolist"):
+        return encode(value.tolist(), d)
     raise ValueCodecError(f"unsupported type {t.__name__}")
+
+
+class Opaque:
+    """A value that could not cross the pipe (a regex match, a custom object): truthy, like most objects,
+    and equal to nothing."""
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __eq__(self, other: Any) -> bool:
+        return False
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} object>"
+
+
+def opaque(value: Any) -> dict:
+    return {"__opaque__": type(value).__name__[:80]}
 
 
 def decode(obj: Any) -> Any:
@@ -72,7 +116,9 @@ def decode(obj: Any) -> Any:
             if k == "__float__":
                 return float(v)
             if k == "__int__":
-                return int(v)
+                return int(v, 0)
+            if k == "__opaque__":
+                return Opaque(str(v))
         return {k: decode(v) for k, v in obj.items()}
     raise ValueCodecError(f"cannot decode {type(obj).__name__}")
 

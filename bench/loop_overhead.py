@@ -1,0 +1,736 @@
+"""Loop overhead: ms per iteration of the campaign loop itself, with an instant proposer and an instant evaluator,
+while the archive grows past 10,000 programs; and the same workload through OpenEvolve 0.4.x for comparison.
+
+Acceptance target: <= 1 ms/iteration, flat (OpenEvolve was measured at 5 -> 49 ms of overhead per iteration as its
+archive grows to ~900 programs).
+
+    .venv/bin/python bench/loop_overhead.py            # full: vevo to 15k programs, OpenEvolve to 1,500 (~3-5 min)
+    .venv/bin/python bench/loop_overhead.py --quick    # ~1 min (once the OpenEvolve venv exists)
+    .venv/bin/python bench/loop_overhead.py --no-openevolve
+
+vevo side: a ``Campaign`` built directly (temp run dir, real SQLite file, one pbe problem, 2 islands) with an
+in-process backend that returns G completions of m fresh programs (``def f(x): return x + k``, k from a counter, so
+every candidate is new and gets evaluated and archived) and an evaluator that returns a d-entry vector from a hash
+of the code at once (never solved, so the problem is never retired). m=4, G=2: 8 programs per iteration;
+pipeline_depth 0 and 1. The time of iteration t is the gap between the ``on_iteration`` callbacks of t-1 and t,
+so it covers everything the loop does: selection, prompt, parse/apply/dedupe, evaluate call, island update, the
+SQLite transaction (synchronous=FULL, one fsync) and the checkpoint. A diagnostic third column reruns depth 0 with
+``PRAGMA synchronous=NORMAL`` on the archive connection, to show the share of the per-commit fsync.
+The archive grows to 15,000 so the 10k window is complete; a single campaign passes the 100 window in ~10
+iterations, so that window also pools a few extra short campaigns (``--small-runs``).
+
+OpenEvolve side: a scratch venv (``--oe-venv``, reused if present) with ``openevolve>=0.4,<0.5`` (the nearest
+release if none is installable, said in the output); a stub OpenAI-compatible server on 127.0.0.1 (a subprocess,
+stdlib ``http.server``, TCP_NODELAY) answering every chat completion at once with a full rewrite of a fresh program
+in a python fence; ``diff_based_evolution: false``, no LLM feedback, no embeddings / novelty check, no cascade,
+1 model, 1 worker process, 2 islands, log level WARNING, checkpoints every 100 iterations (its default),
+``population_size`` raised above the run length so the database keeps every program (as vevo's archive does). The
+same seed program and the same kind of trivial evaluator (d metrics + combined_score from a hash of the file).
+OpenEvolve makes one program per iteration. A driver (this file, run by the scratch venv's python) wraps
+``ProgramDatabase.add`` to timestamp every admitted child in the controller process; the time of an iteration is
+the gap between consecutive admissions. Controller submission (sampling + database snapshot) and worker-side phases
+(LLM call, evaluation, the rest of the worker function) are timed through wrapped functions (the workers are
+forked, so they inherit the wrappers).
+
+Windows: the iterations after which the archive holds between T/1.5 and T*1.5 programs (capped at what the run
+reached), T = 100, 1,000, 10,000; ms/iteration is the median over the window of 4-iteration means (a pipelined
+loop alternates short and long gaps). Wall-clock numbers are printed, never asserted; the machine's load is
+printed with them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGETS = (100, 1_000, 10_000)
+WINDOW_FACTOR = 1.5
+SMALL_RUN_PROGRAMS = 150  # extra short campaigns give the 100 window more than ~10 samples
+ROLL = 4  # ms/iteration = (time of 4 consecutive iterations) / 4, then the median over the window
+DEFAULT_OE_VENV = Path(tempfile.gettempdir()) / "vevo-bench-openevolve"
+OE_REQUIREMENT = "openevolve>=0.4,<0.5"
+PROGRAM = "def f(x):\n    return x + {k}\n"
+
+
+# ============================================================================================== vevo half
+
+class FreshBackend:
+    """Backend protocol: every completion carries m programs never handed out before (a counter)."""
+
+    name = "fresh"
+
+    def __init__(self, m: int, policy_version: int = 0) -> None:
+        self.m = m
+        self.policy_version = policy_version
+        self.counter = 0
+
+    def generate(self, prompts, n, sampling):
+        from proposer.base import Completion
+        from proposer.parsing import format_answers
+
+        groups = []
+        for _ in prompts:
+            group = []
+            for _ in range(n):
+                bodies = [PROGRAM.format(k=self.counter + i) for i in range(self.m)]
+                self.counter += self.m
+                group.append(Completion(text=format_answers(bodies), policy_version=self.policy_version))
+            groups.append(group)
+        return groups
+
+    def set_policy_version(self, v: int) -> None:
+        self.policy_version = int(v)
+
+    def state(self) -> dict:
+        return {"counter": self.counter}
+
+    def load_state(self, state: dict) -> None:
+        self.counter = int(state["counter"])
+
+    def close(self) -> None:
+        pass
+
+
+def hash_vector(code: str, d: int) -> list[float]:
+    """d scores in [0, 1) from a hash of the code: instant, deterministic, varied (so selection has work to do)."""
+    import hashlib
+
+    raw = hashlib.blake2b(code.encode("utf-8"), digest_size=64).digest()
+    return [raw[j % 64] / 256.0 for j in range(d)]
+
+
+class HashEvaluator:
+    """evaluate_many returning a fixed-size vector per item at once; status 'wrong', never solved."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.items = 0
+
+    def evaluate_many(self, items, time_limit=None):
+        from evaluators.types import Evaluation
+
+        self.calls += 1
+        self.items += len(items)
+        out = []
+        for problem, code in items:
+            v = hash_vector(code, max(problem.n_tests, 1))
+            out.append(Evaluation(vector=v, scalar=sum(v) / len(v), solved=False, status="wrong"))
+        return out
+
+
+def bench_problem():
+    from problems.suites import SUITES
+
+    return SUITES["pbe"]()[0]
+
+
+def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: int = 2, islands: int = 2,
+             seed: int = 0, synchronous: str | None = None) -> dict:
+    """Grow a fresh campaign's archive to at least `programs` programs; per-iteration timings and sizes.
+
+    Returns iterations, ms (per iteration 1..N, gap between on_iteration callbacks), sizes (archive programs after
+    each iteration: the seed + m*G per iteration), seen (iteration numbers in callback order), and what the archive
+    holds at the end (count, ids, per-iteration metrics) for correctness checks.
+
+    synchronous: a diagnostic only -- e.g. "NORMAL" sets that PRAGMA on the archive's connection (no fsync per
+    commit) to show how much of an iteration is the fsync of synchronous=FULL; None keeps the archive as it is."""
+    from evolve.campaign import Campaign
+    from evolve.config import CampaignConfig
+
+    per_iter = m * group
+    iterations = -(-(programs - 1) // per_iter)  # the seed is program 1
+    problem = bench_problem()
+    cfg = CampaignConfig(problems=[problem.id], proposer="fresh", iterations=iterations, islands=islands,
+                         answers=m, group=group, seed=seed, pipeline_depth=depth)
+    stamps: list[float] = []
+    seen: list[int] = []
+
+    def on_iteration(camp, it: int) -> None:
+        stamps.append(time.perf_counter())
+        seen.append(it)
+
+    camp = Campaign(cfg, run_dir, [problem], FreshBackend(m), HashEvaluator(), on_iteration=on_iteration)
+    if synchronous is not None:
+        camp.archive._conn.execute(f"PRAGMA synchronous={synchronous}")
+    try:
+        t0 = time.perf_counter()
+        summary = camp.run()
+        wall = time.perf_counter() - t0
+        count = camp.archive.count_programs()
+        ids = [r.id for r in camp.archive.programs()]
+        metrics = camp.archive.metrics_rows()
+    finally:
+        camp.close()
+    ms = [(b - a) * 1e3 for a, b in zip([t0] + stamps[:-1], stamps)]
+    return {"depth": depth, "synchronous": synchronous, "iterations": iterations, "per_iteration": per_iter, "ms": ms,
+            "sizes": [1 + per_iter * it for it in seen], "seen": seen, "wall_s": wall, "count": count, "ids": ids,
+            "metrics": metrics, "summary": summary}
+
+
+# ============================================================================================== windows
+
+def rolling(values: list[float], k: int = ROLL) -> list[float | None]:
+    """values[i] -> mean of values[i-k+1 .. i] (None for the first k-1): time of k consecutive iterations / k.
+
+    A pipelined loop alternates short and long gaps (OpenEvolve with two tasks in flight: ~0.3 ms, then ~10 ms of
+    result polling), so the median of single gaps is unstable; the median of k-iteration means is not."""
+    out: list[float | None] = [None] * min(k - 1, len(values))
+    acc = sum(values[: k - 1])
+    for i in range(k - 1, len(values)):
+        acc += values[i]
+        out.append(acc / k)
+        acc -= values[i - k + 1]
+    return out
+
+
+def window_bounds(target: int, reached: int) -> tuple[float, float] | None:
+    lo, hi = target / WINDOW_FACTOR, min(target * WINDOW_FACTOR, reached)
+    return (lo, hi) if hi >= lo else None
+
+
+def window_samples(sizes: list[int], values: list, target: int) -> list[float]:
+    """The values of the iterations after which the archive size lies in the window around target."""
+    if not sizes:
+        return []
+    b = window_bounds(target, max(sizes))
+    if b is None:
+        return []
+    return [v for s, v in zip(sizes, values) if v is not None and b[0] <= s <= b[1]]
+
+
+def med(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+# ============================================================================================== stub server
+
+def stub_server_main(port_file: str) -> None:
+    """OpenAI-compatible /v1/chat/completions answering at once with a fresh full-rewrite program per call."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    lock = threading.Lock()
+    state = {"n": 0, "handler_s": 0.0}
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in separate writes: no 40 ms delayed-ACK stall
+
+        def log_message(self, *args) -> None:  # silence per-request logging
+            pass
+
+        def _send(self, code: int, obj: dict) -> None:
+            body = json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/stats"):
+                with lock:
+                    self._send(200, dict(state))
+            elif self.path.rstrip("/").endswith("/models"):
+                self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model", "owned_by": "bench"}]})
+            else:
+                self._send(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            t0 = time.perf_counter()
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                req = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                req = {}
+            with lock:
+                k = state["n"]
+                state["n"] += 1
+            code = "# EVOLVE-BLOCK-START\n" + PROGRAM.format(k=k) + "# EVOLVE-BLOCK-END\n"
+            content = f"Here is the rewritten program.\n\n```python\n{code}```\n"
+            self._send(200, {
+                "id": f"chatcmpl-stub-{k}", "object": "chat.completion", "created": int(time.time()),
+                "model": req.get("model", "stub"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": len(raw) // 4, "completion_tokens": len(content) // 4,
+                          "total_tokens": (len(raw) + len(content)) // 4}})
+            with lock:
+                state["handler_s"] += time.perf_counter() - t0
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    tmp = port_file + ".tmp"
+    Path(tmp).write_text(str(srv.server_address[1]))
+    os.replace(tmp, port_file)
+    try:
+        srv.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        srv.server_close()
+
+
+# ============================================================================================== OpenEvolve driver
+# Runs inside the scratch venv (its python, openevolve importable); only the stdlib and openevolve are used here.
+
+OE_EVALUATOR = '''"""Trivial evaluator for the loop-overhead bench: d metrics from a hash of the program, at once."""
+import hashlib
+
+D = {d}
+
+
+def evaluate(program_path):
+    with open(program_path, "rb") as fh:
+        raw = hashlib.blake2b(fh.read(), digest_size=64).digest()
+    v = [raw[j % 64] / 256.0 for j in range(D)]
+    out = {{f"t{{j}}": v[j] for j in range(D)}}
+    out["combined_score"] = sum(v) / D
+    return out
+'''
+
+
+def oe_driver_main(work: str, port: int, iterations: int) -> None:
+    import asyncio
+    import logging
+
+    work_p = Path(work)
+    add_log = open(work_p / "adds.jsonl", "a", buffering=1)
+
+    import openevolve
+    from openevolve import process_parallel
+    from openevolve.config import Config
+    from openevolve.controller import OpenEvolve
+    from openevolve.database import ProgramDatabase
+    from openevolve.evaluator import Evaluator
+    from openevolve.llm.ensemble import LLMEnsemble
+
+    cfg = Config.from_dict(json.loads((work_p / "config.json").read_text()))
+
+    # controller process: timestamp every admission (the database lives here only), time admission and submission
+    orig_add = ProgramDatabase.add
+    orig_submit = process_parallel.ProcessParallelController._submit_iteration
+    submit_s = {"s": 0.0}
+
+    def add(self, program, *a, **kw):
+        t = time.perf_counter()
+        r = orig_add(self, program, *a, **kw)
+        t1 = time.perf_counter()
+        add_log.write(json.dumps({"t": t1, "n": len(self.programs), "it": kw.get("iteration"), "ok": r is not None,
+                                  "add": t1 - t, "submit": submit_s["s"]}) + "\n")
+        submit_s["s"] = 0.0
+        return r
+
+    def submit(self, *a, **kw):  # parent + inspiration sampling, snapshot of the whole database, executor.submit
+        t = time.perf_counter()
+        try:
+            return orig_submit(self, *a, **kw)
+        finally:
+            submit_s["s"] += time.perf_counter() - t
+
+    ProgramDatabase.add = add
+    process_parallel.ProcessParallelController._submit_iteration = submit
+
+    # worker processes (forked, so these patches are inherited): time the LLM call, the evaluation, the whole task
+    phase = {"llm": 0.0, "eval": 0.0}
+    orig_gen, orig_eval = LLMEnsemble.generate_with_context, Evaluator.evaluate_program
+    orig_worker = process_parallel._run_iteration_worker
+
+    async def gen(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return await orig_gen(self, *a, **kw)
+        finally:
+            phase["llm"] += time.perf_counter() - t
+
+    async def evaluate_program(self, *a, **kw):
+        t = time.perf_counter()
+        try:
+            return await orig_eval(self, *a, **kw)
+        finally:
+            phase["eval"] += time.perf_counter() - t
+
+    def run_iteration_worker(iteration, db_snapshot, parent_id, inspiration_ids):
+        phase["llm"] = phase["eval"] = 0.0
+        t = time.perf_counter()
+        r = orig_worker(iteration, db_snapshot, parent_id, inspiration_ids)
+        rec = {"it": iteration, "t0": t, "t1": time.perf_counter(), "llm": phase["llm"], "eval": phase["eval"],
+               "n_snapshot": len(db_snapshot.get("programs", {})), "error": r.error}
+        with open(work_p / f"worker-{os.getpid()}.jsonl", "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+        return r
+
+    run_iteration_worker.__module__ = __name__
+    run_iteration_worker.__qualname__ = "_oe_run_iteration_worker"
+    globals()["_oe_run_iteration_worker"] = run_iteration_worker  # picklable by name in the forked worker
+    LLMEnsemble.generate_with_context = gen
+    Evaluator.evaluate_program = evaluate_program
+    process_parallel._run_iteration_worker = run_iteration_worker
+
+    (work_p / "version.txt").write_text(getattr(openevolve, "__version__", "?"))
+    controller = OpenEvolve(str(work_p / "initial_program.py"), str(work_p / "evaluator.py"), cfg,
+                            output_dir=str(work_p / "out"))
+    logging.getLogger().setLevel(logging.WARNING)
+    t0 = time.perf_counter()
+    asyncio.run(controller.run(iterations=iterations))
+    (work_p / "done.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+    add_log.close()
+
+
+def oe_config(port: int, iterations: int, islands: int, d: int) -> dict:
+    return {
+        "max_iterations": iterations,
+        "checkpoint_interval": 100,          # OpenEvolve's default persistence
+        "log_level": "WARNING",              # less console/file logging than the default INFO (favours OpenEvolve)
+        "random_seed": 42,
+        "language": "python",
+        "diff_based_evolution": False,       # full rewrite, like vevo's answer_mode=full
+        "max_code_length": 10000,
+        "llm": {"api_base": f"http://127.0.0.1:{port}/v1", "api_key": "stub",
+                "models": [{"name": "stub", "weight": 1.0}], "temperature": 0.7, "max_tokens": 512,
+                "timeout": 30, "retries": 0, "retry_delay": 0},
+        "prompt": {"num_top_programs": 3, "num_diverse_programs": 2},
+        "database": {"in_memory": True, "population_size": max(10 * iterations, 1000), "num_islands": islands,
+                     "migration_interval": 50, "embedding_model": None},
+        "evaluator": {"timeout": 30, "max_retries": 0, "cascade_evaluation": False, "parallel_evaluations": 1,
+                      "use_llm_feedback": False, "enable_artifacts": True},
+        "evolution_trace": {"enabled": False},
+    }
+
+
+# ============================================================================================== OpenEvolve (parent side)
+
+def _oe_version(py: Path) -> str | None:
+    r = subprocess.run([str(py), "-c", "import openevolve; print(openevolve.__version__)"], capture_output=True,
+                       text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _pip(py: Path, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(py), "-m", "pip", *args, "--disable-pip-version-check"], text=True, **kw)
+
+
+def ensure_oe_venv(venv: Path, log) -> tuple[Path, str, str]:
+    """The scratch venv's python, the installed OpenEvolve version, and a note when it is not 0.4.x."""
+    py = venv / "bin" / "python"
+    if not py.exists():
+        log(f"creating scratch venv {venv}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    version = _oe_version(py)
+    if version and version.startswith("0.4."):
+        return py, version, ""
+    log(f"installing '{OE_REQUIREMENT}' into {venv} (pip)")
+    if _pip(py, "install", "-q", OE_REQUIREMENT, stdout=subprocess.DEVNULL).returncode == 0:
+        return py, _oe_version(py) or "?", ""
+    # 0.4.x not installable: take the nearest release the index offers (highest below 0.5, else the lowest above)
+    r = _pip(py, "index", "versions", "openevolve", capture_output=True)
+    line = next((x for x in r.stdout.splitlines() if "Available versions:" in x), "")
+    def key(v: str) -> tuple:
+        return tuple(int(p) if p.isdigit() else 0 for p in v.split("."))
+    found = sorted((v.strip() for v in line.split(":", 1)[-1].split(",") if v.strip()), key=key)
+    below = [v for v in found if key(v) < (0, 5)]
+    pick = below[-1] if below else (found[0] if found else None)
+    if pick is None:
+        raise RuntimeError("openevolve is not available from the package index")
+    log(f"openevolve 0.4.x unavailable; installing the nearest release, {pick}")
+    _pip(py, "install", "-q", f"openevolve=={pick}", stdout=subprocess.DEVNULL, check=True)
+    return py, _oe_version(py) or pick, f"note: OpenEvolve 0.4.x was not installable; measured {pick} instead"
+
+
+def _kill_group(proc: subprocess.Popen, grace: float) -> None:
+    """End a process started here (own session) and its children (OpenEvolve's pool workers)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run_openevolve(work: Path, py: Path, iterations: int, budget_s: float, islands: int, seed_code: str, d: int,
+                   log) -> dict:
+    import urllib.request
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "initial_program.py").write_text(seed_code)
+    (work / "evaluator.py").write_text(OE_EVALUATOR.format(d=d))
+    port_file = work / "port"
+    server = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--_stub-server", str(port_file)],
+                              start_new_session=True)
+    driver = None
+    try:
+        deadline = time.monotonic() + 20
+        while not port_file.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("stub server did not start")
+            time.sleep(0.05)
+        port = int(port_file.read_text())
+        (work / "config.json").write_text(json.dumps(oe_config(port, iterations, islands, d), indent=1))
+        env = dict(os.environ, OPENAI_API_KEY="stub", PYTHONUNBUFFERED="1")
+        env.pop("PYTHONPATH", None)
+        with open(work / "driver.log", "w") as out:
+            driver = subprocess.Popen([str(py), str(Path(__file__).resolve()), "--_oe-driver", str(work), str(port),
+                                       str(iterations)], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                      cwd=str(work), start_new_session=True)
+            t0 = time.monotonic()
+            try:
+                driver.wait(budget_s)
+                finished = True
+            except subprocess.TimeoutExpired:
+                finished = False
+                log(f"OpenEvolve: time budget of {budget_s:.0f}s reached, stopping it")
+            _kill_group(driver, 10)
+            wall = time.monotonic() - t0
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/stats", timeout=5) as r:
+                stub = json.loads(r.read())
+        except OSError:
+            stub = {}
+    finally:
+        if driver is not None:
+            _kill_group(driver, 5)
+        _kill_group(server, 5)
+    adds = [json.loads(x) for x in (work / "adds.jsonl").read_text().splitlines() if x.strip()] \
+        if (work / "adds.jsonl").exists() else []
+    workers = []
+    for f in sorted(work.glob("worker-*.jsonl")):
+        workers += [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+    workers.sort(key=lambda w: w["it"])
+    children = [x for x in adds if x["it"] is not None]
+    if not children:
+        tail = (work / "driver.log").read_text()[-3000:] if (work / "driver.log").exists() else ""
+        raise RuntimeError(f"OpenEvolve admitted no program (driver exit {driver.returncode if driver else None})"
+                           f":\n{tail}")
+    first = next((x for x in adds if x["it"] is None), None)  # the initial program
+    stamps = [x["t"] for x in children]
+    base = [first["t"]] if first else [stamps[0]]
+    # drop the first gap: it holds the process pool's start-up and the first LLM client
+    ms = [(b - a) * 1e3 for a, b in zip(base + stamps[:-1], stamps)][1:]
+    version = (work / "version.txt").read_text().strip() if (work / "version.txt").exists() else "?"
+    return {"version": version, "ms": ms, "sizes": [x["n"] for x in children][1:],
+            "add_ms": [x["add"] * 1e3 for x in children][1:], "submit_ms": [x["submit"] * 1e3 for x in children][1:],
+            "iterations_done": len(children), "admitted": sum(1 for x in children if x["ok"]),
+            "final_size": children[-1]["n"], "finished": finished, "wall_s": wall, "stub": stub,
+            "workers": workers, "errors": sum(1 for w in workers if w["error"]),
+            "rc": driver.returncode if driver is not None else None}
+
+
+# ============================================================================================== report
+
+def fmt(x: float | None, nd: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{nd}f}"
+
+
+def _label(r: dict) -> str:
+    return f"vevo depth{r['depth']}" + (f" sync={r['synchronous']}*" if r.get("synchronous") else "")
+
+
+def report(vevo_runs: list[dict], oe: dict | None, oe_note: str) -> None:
+    cols = []  # (label, [(sizes, ms per iteration) per run], programs per iteration)
+    for r in vevo_runs:
+        runs = [(r["sizes"], r["ms"])] + [(x["sizes"], x["ms"]) for x in r.get("extra", [])]
+        cols.append((_label(r), runs, r["per_iteration"]))
+    if oe is not None:
+        cols.append(("openevolve", [(oe["sizes"], oe["ms"])], 1))
+    w = 26
+    print(f"\nms per iteration: median over the window of (time of {ROLL} consecutive iterations) / {ROLL}; "
+          "ms/program = ms/iteration / programs per iteration (vevo 8, openevolve 1); n = iterations in the window")
+    extra = max((len(r.get("extra", [])) for r in vevo_runs), default=0)
+    if extra:
+        print(f"(vevo's 100 window pools {extra} more short campaigns grown to ~{SMALL_RUN_PROGRAMS} programs: "
+              "one campaign passes it in ~10 iterations)")
+    head = f"{'archive':>8} {'window':>11} | " + " | ".join(f"{c[0]:^{w}}" for c in cols)
+    print(head)
+    print(f"{'programs':>8} {'(programs)':>11} | " + " | ".join(f"{'ms/iter':>9} {'ms/prog':>9} {'n':>5} " for _ in cols))
+    print("-" * len(head))
+    medians: dict[tuple[str, int], float | None] = {}
+    for t in TARGETS:
+        cells = []
+        for label, runs, per in cols:
+            xs = [x for sizes, ms in runs for x in window_samples(sizes, rolling(ms), t)]
+            m = med(xs)
+            medians[(label, t)] = m
+            cells.append(f"{fmt(m):>9} {fmt(None if m is None else m / per, 3):>9} {len(xs):>5} ")
+        print(f"{t:>8} {f'{int(t / WINDOW_FACTOR)}-{int(t * WINDOW_FACTOR)}':>11} | " + " | ".join(cells))
+    if any(r.get("synchronous") for r in vevo_runs):
+        print("* diagnostic: PRAGMA synchronous set on the archive connection for this run (no fsync per commit); "
+              "the real archive runs synchronous=FULL")
+    if oe is not None:
+        print("\nratio openevolve / vevo at the same archive size (medians above):")
+        for label, _, per in cols[:-1]:
+            parts = []
+            for t in TARGETS:
+                o, v = medians[("openevolve", t)], medians[(label, t)]
+                parts.append(f"{t}: n/a" if o is None or v is None else
+                             f"{t}: {o / v:.1f}x/iteration, {o / (v / per):.1f}x/program")
+            print(f"  vs {label:<24} " + "   ".join(parts))
+    print()
+    for r in vevo_runs:
+        ms = r["ms"][1:]
+        print(f"{_label(r)}: {r['iterations']} iterations, {r['count']} programs in the archive, wall {r['wall_s']:.1f}s;"
+              f" single-iteration gaps: median {fmt(med(ms))} ms, p90 {fmt(pct(ms, .9))} ms, "
+              f"mean {fmt(statistics.fmean(ms) if ms else None)} ms")
+    if oe is not None:
+        ms = oe["ms"]
+        print(f"openevolve {oe['version']}: {oe['iterations_done']} iterations ({oe['admitted']} children admitted, "
+              f"{oe['errors']} failed, database holds {oe['final_size']} programs; "
+              f"{'finished' if oe['finished'] else 'stopped at the time budget'}), wall {oe['wall_s']:.1f}s; "
+              f"single-iteration gaps: median {fmt(med(ms))} ms, p90 {fmt(pct(ms, .9))} ms, "
+              f"mean {fmt(statistics.fmean(ms) if ms else None)} ms")
+        print("openevolve split (medians per window; controller and worker run concurrently, two tasks in flight):")
+        wk = oe["workers"]
+        reached = max(oe["sizes"]) if oe["sizes"] else 0
+        for t in TARGETS:
+            b = window_bounds(t, reached)
+            if b is None:
+                continue
+            sub = med(window_samples(oe["sizes"], oe["submit_ms"], t))
+            add = med(window_samples(oe["sizes"], oe["add_ms"], t))
+            sel = [x for x in wk if b[0] <= x["n_snapshot"] <= b[1]]
+            line = (f"  ~{t:>5} programs: controller: sample + snapshot of every program + submit {fmt(sub)} ms, "
+                    f"database.add {fmt(add)} ms")
+            if sel:
+                task = med([(x["t1"] - x["t0"]) * 1e3 for x in sel])
+                llm = med([x["llm"] * 1e3 for x in sel])
+                ev = med([x["eval"] * 1e3 for x in sel])
+                rest = med([(x["t1"] - x["t0"] - x["llm"] - x["eval"]) * 1e3 for x in sel])
+                line += (f"; worker task {fmt(task)} ms = LLM call {fmt(llm)} + evaluate_program {fmt(ev)} + "
+                         f"rebuild programs from the snapshot, prompt, parse {fmt(rest)}")
+            print(line)
+        st = oe["stub"]
+        if st.get("n"):
+            print(f"  stub server (the only 'waiting' on the LLM): {st['n']} requests, "
+                  f"{1e3 * st['handler_s'] / st['n']:.2f} ms/request in its handler; the trivial evaluate() itself "
+                  f"is a hash of a ~50-byte file (~0.01 ms)")
+        if oe["sizes"] and max(oe["sizes"]) < TARGETS[-1] / WINDOW_FACTOR:
+            print(f"  (OpenEvolve is not grown to 10k programs: its time per iteration grows with the database, "
+                  f"so that would take hours; raise --oe-iterations / --oe-budget to go further)")
+    if oe_note:
+        print(oe_note)
+
+
+# ============================================================================================== main
+
+def machine_load() -> str:
+    """Load average and CPU pressure: on a shared machine these explain most of the run-to-run spread."""
+    parts = []
+    try:
+        parts.append("load avg " + " ".join(f"{x:.1f}" for x in os.getloadavg()) + f" on {os.cpu_count()} cpus")
+    except OSError:
+        pass
+    try:
+        line = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        parts.append("cpu pressure (some) avg60 " + line.split("avg60=")[1].split()[0] + "%")
+    except (OSError, IndexError):
+        pass
+    return ", ".join(parts) or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="~1 minute: vevo to 2,000 programs, OpenEvolve to 700")
+    ap.add_argument("--programs", type=int, default=None,
+                    help="vevo archive size to grow to (default 15,000, so the 10k window 6,667-15,000 is complete)")
+    ap.add_argument("--depths", default="0,1", help="pipeline depths to run (default 0,1)")
+    ap.add_argument("--no-openevolve", action="store_true", help="vevo half only")
+    ap.add_argument("--oe-iterations", type=int, default=None,
+                    help="OpenEvolve iterations (default 1,500, so its 1k window 667-1,500 is complete)")
+    ap.add_argument("--oe-budget", type=float, default=None, help="seconds OpenEvolve may run (default 300)")
+    ap.add_argument("--oe-venv", type=Path, default=DEFAULT_OE_VENV, help="scratch venv (reused if present)")
+    ap.add_argument("--dir", default=None, help="parent folder for the temp run folders (default: system temp)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp run folder")
+    ap.add_argument("--small-runs", type=int, default=5,
+                    help=f"extra short campaigns (to {SMALL_RUN_PROGRAMS} programs) per column for the 100 window")
+    ap.add_argument("--no-fsync-diagnostic", action="store_true",
+                    help="skip the extra vevo depth0 run with PRAGMA synchronous=NORMAL (shows the fsync share)")
+    ap.add_argument("--_stub-server", dest="stub_server", metavar="PORT_FILE", help=argparse.SUPPRESS)
+    ap.add_argument("--_oe-driver", dest="oe_driver", nargs=3, metavar=("WORK", "PORT", "ITERS"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.stub_server:
+        return stub_server_main(a.stub_server)
+    if a.oe_driver:
+        return oe_driver_main(a.oe_driver[0], int(a.oe_driver[1]), int(a.oe_driver[2]))
+
+    sys.path.insert(0, str(ROOT))
+    programs = a.programs or (2_000 if a.quick else 15_000)
+    oe_iters = a.oe_iterations or (700 if a.quick else 1_500)
+    oe_budget = a.oe_budget or (60.0 if a.quick else 300.0)
+    depths = [int(x) for x in a.depths.split(",") if x.strip()]
+
+    def log(msg: str) -> None:
+        print(f"[loop_overhead] {msg}", file=sys.stderr, flush=True)
+
+    tmp = tempfile.mkdtemp(prefix="vevo-loop-overhead-", dir=a.dir)
+    log(f"run folder {tmp}")
+    t_all = time.perf_counter()
+    load_before = machine_load()
+    try:
+        problem = bench_problem()
+        vevo_runs = []
+        for depth in depths:
+            log(f"vevo: pipeline_depth={depth}, growing the archive to {programs} programs")
+            vevo_runs.append(run_vevo(Path(tmp) / f"vevo-depth{depth}", programs, depth))
+        if not a.no_fsync_diagnostic:
+            log("vevo: diagnostic run, pipeline_depth=0 with PRAGMA synchronous=NORMAL (no fsync per iteration)")
+            vevo_runs.append(run_vevo(Path(tmp) / "vevo-nofsync", programs, 0, synchronous="NORMAL"))
+        for i, r in enumerate(vevo_runs):
+            if r["count"] != 1 + r["iterations"] * r["per_iteration"]:
+                log(f"warning: archive holds {r['count']} programs, expected {1 + r['iterations'] * r['per_iteration']}")
+            r["extra"] = [run_vevo(Path(tmp) / f"vevo-small-{i}-{k}", SMALL_RUN_PROGRAMS, r["depth"],
+                                   synchronous=r["synchronous"]) for k in range(a.small_runs)]
+        oe, note = None, ""
+        if not a.no_openevolve:
+            try:
+                py, version, note = ensure_oe_venv(a.oe_venv, log)
+                log(f"openevolve {version} in {a.oe_venv}: {oe_iters} iterations, budget {oe_budget:.0f}s")
+                oe = run_openevolve(Path(tmp) / "openevolve", py, oe_iters, oe_budget, islands=2,
+                                    seed_code=problem.seed_code, d=max(problem.n_tests, 1), log=log)
+            except Exception as e:  # report the vevo half anyway
+                note = f"openevolve: not measured ({type(e).__name__}: {e})"
+        print(f"\nloop overhead: problem {problem.id} (d={problem.n_tests}), 2 islands, instant proposer + "
+              f"trivial evaluator; vevo m=4 answers x G=2 completions = 8 programs/iteration, "
+              f"SQLite archive in {tmp}")
+        if oe is not None:
+            print(f"openevolve {oe['version']} (scratch venv {a.oe_venv}): 1 program/iteration, stub OpenAI server "
+                  f"on 127.0.0.1, full rewrites, 1 worker process, 2 islands, population_size above the run length")
+        report(vevo_runs, oe, note)
+        print(f"\nmachine: before {load_before}; after {machine_load()} (timings of a shared machine: spread between "
+              "runs comes mostly from other load)")
+        print(f"total bench wall time {time.perf_counter() - t_all:.0f}s")
+    finally:
+        if not a.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Smoke test of bench/loop_overhead.py's vevo half: correctness only (archive contents, iteration order), never
+timings. ~300 programs with the instant backend and the trivial evaluator, both pipeline depths."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py"
+
+
+@pytest.fixture(scope="module")
+def lo():
+    spec = importlib.util.spec_from_file_location("bench_loop_overhead", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("depth", [0, 1])
+def test_vevo_half_grows_archive_exactly(lo, tmp_path, depth):
+    r = lo.run_vevo(tmp_path / "run", 300, depth)
+    m_g = r["per_iteration"]
+    assert m_g == 8
+    n_iter = r["iterations"]
+    assert n_iter == 38  # ceil((300 - 1) / 8): the seed is program 1
+    # exactly the seed plus m*G new programs per iteration: every candidate was fresh and got archived
+    assert r["count"] == 1 + n_iter * m_g == 305
+    assert r["ids"] == list(range(1, r["count"] + 1))
+    # iterations reported one by one, in order, and each one recorded once
+    assert r["seen"] == list(range(1, n_iter + 1))
+    assert [row.iteration for row in r["metrics"]] == list(range(0, n_iter + 1))
+    for row in r["metrics"][1:]:
+        d = row.data
+        assert (d["completions"], d["candidates"], d["duplicates"], d["format_errors"]) == (2, m_g, 0, 0)
+    assert r["summary"]["evaluations"] == r["count"]
+    assert r["summary"]["status_counts"] == {"wrong": r["count"]}
+    assert r["summary"]["iterations"] == n_iter
+    # one timing sample and one archive size per iteration (values are not checked)
+    assert len(r["ms"]) == len(r["sizes"]) == n_iter
+    assert r["sizes"] == [1 + m_g * t for t in range(1, n_iter + 1)]
+
+
+def test_fresh_backend_never_repeats(lo):
+    from proposer.base import SamplingParams
+    from proposer.parsing import parse_answers
+
+    b = lo.FreshBackend(m=4)
+    bodies = []
+    for _ in range(3):
+        (group,) = b.generate(["p"], 2, SamplingParams())
+        for c in group:
+            bodies += [a.body for a in parse_answers(c.text, 4) if a.kind == "code"]
+    assert len(bodies) == 24 and len(set(bodies)) == 24
+    st = b.state()
+    b2 = lo.FreshBackend(m=4)
+    b2.load_state(st)
+    assert b2.generate(["p"], 1, SamplingParams())[0][0].text == b.generate(["p"], 1, SamplingParams())[0][0].text
+
+
+def test_window_helpers(lo):
+    assert lo.rolling([1.0, 3.0, 5.0, 7.0, 9.0], 2) == [None, 2.0, 4.0, 6.0, 8.0]
+    sizes = [50, 100, 150, 151, 1000]
+    vals = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert lo.window_samples(sizes, vals, 100) == [2.0, 3.0]      # 66.7 .. 150
+    assert lo.window_samples(sizes, vals, 1000) == [5.0]          # 666.7 .. min(1500, 1000)
+    assert lo.window_samples(sizes, vals, 10_000) == []           # never reached
+    assert lo.window_samples(sizes, [None, 2.0, None, 4.0, 5.0], 100) == [2.0]

@@ -4,9 +4,10 @@ One iteration (its groups, completions, evaluated programs, metrics and checkpoi
 transaction, so a kill -9 at any moment leaves either the whole iteration or none of it; the `metrics` row
 is the iteration's completion mark. WAL lets readers (curves, dashboards) read while the campaign writes.
 
-`synchronous=FULL`: with WAL, NORMAL already survives a killed process, but a power loss or OS crash could
-drop the last commits after the campaign has reported them. FULL costs one fsync per iteration, nothing next
-to seconds of generation and evaluation, and makes "recorded" mean "on disk".
+`synchronous=NORMAL` (default): with WAL, a committed iteration survives kill -9 of the campaign (contract 2);
+only a power loss or OS crash could drop the last few commits. ``durable=True`` selects FULL: one fsync per
+iteration, which made up most of the loop's own overhead in bench/loop_overhead.py (2-10 ms/iteration on a
+busy disk), so it is opt-in (config ``archive_sync: full``).
 """
 from __future__ import annotations
 
@@ -296,7 +297,7 @@ class Archive:
 
     Thread-safe (one connection behind a lock), so a pipelined campaign may write from a worker thread."""
 
-    def __init__(self, path: str | Path, readonly: bool = False):
+    def __init__(self, path: str | Path, readonly: bool = False, durable: bool = False):
         self.path = Path(path)
         self.readonly = readonly
         self._lock = threading.RLock()
@@ -313,7 +314,7 @@ class Archive:
         mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode})")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
         self._conn.execute("PRAGMA foreign_keys=ON")
         with self._transaction() as c:
             for stmt in _SCHEMA.split(";"):
@@ -370,7 +371,7 @@ class Archive:
         """Write one whole iteration atomically; returns the new program ids in the order of `programs`.
 
         Iterations must increase. Programs get consecutive eval_index values after those already recorded.
-        checkpoint None: no checkpoint row for this iteration (checkpoint_every > 1)."""
+        checkpoint None: no checkpoint row for this iteration."""
         with self._transaction() as c:
             last = c.execute("SELECT MAX(iteration) FROM metrics").fetchone()[0]
             if last is not None and iteration <= last:

@@ -96,7 +96,7 @@ class Campaign:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.problems = {p.id: p for p in problems}
         self.order = [p.id for p in problems]
-        self.archive = Archive(self.run_dir / "archive.db")
+        self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
         self.progress = progress
         self.on_iteration = on_iteration
         self.keys = [(pid, k) for pid in self.order for k in range(cfg.islands)]
@@ -113,6 +113,7 @@ class Campaign:
 
     # ------------------------------------------------------------------ state
     def _restore(self) -> bool:
+        self.n_programs = self.archive.count_programs()
         ck = self.archive.last_checkpoint()
         if ck is None:
             return False
@@ -168,7 +169,7 @@ class Campaign:
         for pid, ev in zip(self.order, evs):
             ev.artifacts["ast_hash"] = normalized_hash(self.problems[pid].seed_code)
             progs.append(ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev))
-        first = self.archive.count_programs() + 1
+        first = self.n_programs + 1
         for i, (pid, ev) in enumerate(zip(self.order, evs)):
             self._remember(first + i, pid, self.problems[pid].seed_code, ev, ev.artifacts["ast_hash"])
             for k in range(self.cfg.islands):
@@ -178,6 +179,7 @@ class Campaign:
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(self.solved)}
         ids = self.archive.record_iteration(0, [], progs, metrics, self._checkpoint(None))
         assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
+        self.n_programs += len(ids)
         self.iteration = 0
 
     # ------------------------------------------------------------------ prepare / generate
@@ -314,15 +316,17 @@ class Campaign:
         version = b.completions[0].policy_version if b.completions else 0
         group = GroupRecord(problem=b.problem, island=b.island, parent_id=b.parent_id, prompt=b.prompt,
                             m=self.cfg.answers, completions=comps, policy_version=version)
-        first = self.archive.count_programs() + 1
+        first = self.n_programs + 1
         key = (b.problem, b.island)
+        added = []
         for i, (p, h) in enumerate(zip(out.programs, out.hashes)):
             if h is None:
                 continue
             self._remember(first + i, b.problem, p.code, p.evaluation, h)
-            self.islands[key].add(first + i, self.cache, self.cfg.island_capacity)
+            added.append(first + i)
             if p.evaluation.solved:
                 self.solved.setdefault(b.problem, b.iteration)
+        self.islands[key].add_many(added, self.cache, self.cfg.island_capacity)
         migrated = self._maybe_migrate(b.iteration)
         best = max((self.cache[p].scalar for p in self.islands[key].members), default=0.0)
         metrics = {"problem": b.problem, "island": b.island, "parent": b.parent_id, "staleness": b.staleness,
@@ -333,6 +337,7 @@ class Campaign:
         ids = self.archive.record_iteration(b.iteration, [group], out.programs, metrics, self._checkpoint(pending))
         if ids != list(range(first, first + len(out.programs))):
             raise RuntimeError("archive ids are not sequential: is another process writing this run?")
+        self.n_programs += len(ids)
         self.iteration = b.iteration
 
     def _maybe_migrate(self, t: int) -> int:
@@ -393,7 +398,8 @@ class Campaign:
         return self.summary()
 
     def _after_commit(self, bar: "_Progress") -> None:
-        bar.update(self.iteration, self.archive.n_evaluations(), len(self.solved), len(self.order))
+        if bar.bar is not None:
+            bar.update(self.iteration, self.n_programs, len(self.solved), len(self.order))
         if self.on_iteration is not None:
             self.on_iteration(self, self.iteration)
 

@@ -67,7 +67,8 @@ class CampaignConfig(StrictModel):
     train_lora: bool = True
     train_epochs: int = Field(1, ge=1)
     # bookkeeping
-    checkpoint_every: int = Field(1, ge=1)
+    archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
+                                                    "(survives power loss; normal survives kill -9)")
 
     _source: str = PrivateAttr(default="<config>")
 

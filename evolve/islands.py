@@ -25,11 +25,20 @@ class Island:
     members: list[int] = field(default_factory=list)
 
     def add(self, pid: int, cache: dict[int, Member], capacity: int) -> None:
-        if pid in self.members:
-            return
-        self.members.append(pid)
-        if len(self.members) > capacity:
-            self.members.remove(evict(self.members, cache))
+        self.add_many([pid], cache, capacity)
+
+    def add_many(self, pids: list[int], cache: dict[int, Member], capacity: int) -> None:
+        """Add, then shrink back to capacity in one pass (same result as evicting after each add: removing
+        a non-elite never changes which programs are elites)."""
+        have = set(self.members)
+        for p in pids:
+            if p not in have:
+                self.members.append(p)
+                have.add(p)
+        excess = len(self.members) - capacity
+        if excess > 0:
+            gone = set(evict(self.members, cache, excess))
+            self.members = [p for p in self.members if p not in gone]
 
     def ranked(self, cache: dict[int, Member]) -> list[int]:
         """Best first: scalar, then fewer characters, then older."""
@@ -43,9 +52,10 @@ class Island:
         return cls(problem=d["problem"], index=int(d["index"]), members=[int(x) for x in d["members"]])
 
 
-def evict(members: list[int], cache: dict[int, Member]) -> int:
-    """Which member leaves a full island. Elites — the best program on some test (earliest on ties) —
-    stay, since lexicase needs specialists; among the rest the lowest scalar goes, oldest first."""
+def evict(members: list[int], cache: dict[int, Member], k: int = 1) -> list[int]:
+    """Which k members leave a full island. Elites — the best program on some test (earliest on ties) —
+    stay, since lexicase needs specialists; among the rest the lowest scalar goes (longer code, then older,
+    first)."""
     vecs = [cache[p].vector for p in members]
     d = max((v.size for v in vecs), default=0)
     elites: set[int] = set()
@@ -54,5 +64,9 @@ def evict(members: list[int], cache: dict[int, Member]) -> int:
         best = m.max(axis=0)
         for j in range(d):
             elites.add(members[int(np.flatnonzero(m[:, j] >= best[j] - 1e-12)[0])])
-    pool = [p for p in members if p not in elites] or list(members)
-    return min(pool, key=lambda p: (cache[p].scalar, -cache[p].code_len, p))
+    pool = [p for p in members if p not in elites]
+    order = sorted(pool, key=lambda p: (cache[p].scalar, -cache[p].code_len, p))
+    if len(order) < k:  # only elites left to remove: the weakest of them
+        rest = sorted((p for p in members if p in elites), key=lambda p: (cache[p].scalar, -cache[p].code_len, p))
+        order += rest
+    return order[:k]

@@ -42,10 +42,12 @@ def seed_program(problem="p", island=0, vector=(0, 0, 0), code=None):
 
 
 def test_pragmas_and_schema(tmp_path):
+    with Archive(tmp_path / "durable.db", durable=True) as a:
+        assert a._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL: survives power loss
     with Archive(tmp_path / "a.db") as a:
         c = a._conn
         assert c.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert c.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert c.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: survives kill -9 with WAL
         assert c.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"programs", "groups", "completions", "metrics", "checkpoints", "training", "meta"} <= tables

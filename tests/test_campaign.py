@@ -94,7 +94,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("retire_solved: false\n")
-    args = [str(cfg), *IDS, "--proposer", f"replay:{replay}", "--iterations", "600", "--answers", "3",
+    args = [str(cfg), *IDS, "--proposer", f"replay:{replay}", "--iterations", "1500", "--answers", "3",
             "--group", "2", "--workers", "2", "--seed", "3", "--quiet"]
     ref = tmp_path / "ref"
     vevo("run", *args, "--out", str(ref))
@@ -108,7 +108,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
         cmd = ["run", *args, "--out", str(run)] if not started else ["resume", str(run), "--quiet"]
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *cmd], cwd=str(ROOT), env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        time.sleep(rng.uniform(0.3, 1.2))
+        time.sleep(rng.uniform(0.3, 1.0))
         if p.poll() is not None:  # finished before the kill: nothing left to interrupt
             assert p.returncode == 0, p.stderr.read().decode()[-3000:]
             break

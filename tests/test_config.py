@@ -16,7 +16,7 @@ def test_defaults():
     assert (cfg.problems, cfg.suite, cfg.proposer, cfg.iterations, cfg.islands) == ([], None, "tiny", 50, 2)
     assert (cfg.answers, cfg.group, cfg.selection, cfg.pipeline_depth, cfg.train) == (4, 2, "lexicase", 1, "none")
     assert cfg.lexicase_epsilon is None and cfg.eval_timeout is None and cfg.retire_solved is True
-    assert cfg.train_lr == 1e-5 and cfg.checkpoint_every == 1 and cfg.migration_every == 10
+    assert cfg.train_lr == 1e-5 and cfg.migration_every == 10
 
 
 def test_load_yaml_and_overrides(tmp_path):
@@ -127,7 +127,7 @@ def test_yaml_round_trip(tmp_path):
                              "lexicase_epsilon": 0.05, "eval_timeout": 2.5, "train": "gdpo", "train_lr": 3e-6,
                              "answer_mode": "diff", "out": "runs/x", "retire_solved": False})
     text = config_to_yaml(cfg)
-    assert text.index("problems:") < text.index("checkpoint_every:")  # declaration order
+    assert text.index("problems:") < text.index("archive_sync:")  # declaration order
     again = load_config(write(tmp_path, text), {})
     assert again == cfg
     assert again.model_dump() == cfg.model_dump()

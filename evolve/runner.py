@@ -35,7 +35,9 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     if backend is None:
         from proposer.backends import make_backend
 
-        backend = make_backend(cfg.proposer)
+        kw = {"threads": cfg.proposer_threads} if cfg.proposer_threads and \
+            (cfg.proposer == "tiny" or cfg.proposer.startswith("hf:")) else {}
+        backend = make_backend(cfg.proposer, **kw)
     own_pool = evaluator is None
     if own_pool:
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]

@@ -1,0 +1,547 @@
+"""OpenAIBackend against real HTTP servers on 127.0.0.1 (no mocks of the client).
+
+The model server is a small OpenAI-compatible server (``/v1/models``, ``/v1/completions``,
+``/v1/chat/completions``, ``/v1/load_lora_adapter``) that samples from a random tiny Llama with transformers, so
+the backend sees real text, real token ids and real log-probs, which are checked against
+``proposer.training.completion_logprobs`` on the same model. It speaks vLLM's extensions (``return_token_ids``,
+``return_tokens_as_token_ids``) unless ``strict`` (then, like OpenAI, unknown fields are a 400). Failure servers
+(500s, slow answers, dead ports) exercise retries and errors.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from proposer.backends import BackendError, make_backend  # noqa: E402
+from proposer.base import SamplingParams  # noqa: E402
+from proposer.openai_backend import OpenAIBackend, normalize_base_url  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+MODEL_NAME = "tiny-llama"
+
+
+# ------------------------------------------------------------------------------------------------ tiny model
+def _corpus() -> list[str]:
+    out = []
+    for i in range(300):
+        out.append(f"def f{i % 17}(x, y):\n    return x * {i} + y - {i % 7}\n")
+        out.append(f"<answer_1>\n```python\nprint({i} + {i % 5})\n```\n</answer_1>\n")
+        out.append(f"Task: add {i} to every element of the list and return it.\n")
+    return out
+
+
+def build_tiny_llama(out: str | os.PathLike[str], seed: int = 0, vocab_size: int = 512) -> Path:
+    """A random tiny Llama (~0.2M params, head_dim 64, peaked next-token distributions) + byte-level BPE
+    tokenizer with a chat template, saved with save_pretrained to ``out``. Loadable by transformers and vLLM."""
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    from proposer.tiny.tokenizer import train_tokenizer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer(_corpus(), vocab_size=vocab_size, model_max_length=512)
+    tok.chat_template = CHAT_TEMPLATE
+    eos = tok.eos_token_id
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, head_dim=64, max_position_embeddings=512,
+                      bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, tie_word_embeddings=False,
+                      initializer_range=0.25, rms_norm_eps=1e-5)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(cfg).to(torch.float32).eval()
+    model.generation_config = GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def make_lora_adapter(model_dir: str | os.PathLike[str], out: str | os.PathLike[str], seed: int = 1) -> Path:
+    """A PEFT LoRA adapter on q/v projections with random (non-zero) A and B, so it changes the outputs."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    cfg = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], lora_dropout=0.0,
+                     init_lora_weights=False, task_type="CAUSAL_LM")
+    peft_model = get_peft_model(base, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.mul_(4.0)
+    peft_model.save_pretrained(str(out))
+    return Path(out)
+
+
+class TinyLM:
+    """Samples from a transformers causal LM: n rows of one prompt, no padding, no KV cache (it is tiny)."""
+
+    def __init__(self, path: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.path = path
+        self.tok = AutoTokenizer.from_pretrained(str(path))
+        self.base = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        self.models = {MODEL_NAME: self.base}
+        self.eos = self.tok.eos_token_id
+        self.lock = threading.Lock()
+
+    def load_adapter(self, name: str, path: str) -> None:
+        import copy
+
+        from peft import PeftModel
+
+        with self.lock:
+            self.models[name] = PeftModel.from_pretrained(copy.deepcopy(self.base), path).eval()
+
+    @torch.no_grad()
+    def sample(self, model_name: str, prompt_ids: list[int], n: int, max_tokens: int, temperature: float,
+               top_p: float, seed: int | None):
+        model = self.models[model_name]
+        gen = torch.Generator().manual_seed(seed if seed is not None else int(time.time_ns() % 2**31))
+        ids = torch.tensor([prompt_ids] * n, dtype=torch.long)
+        toks = [[] for _ in range(n)]
+        lps = [[] for _ in range(n)]
+        done = [False] * n
+        with self.lock:
+            for _ in range(max_tokens):
+                logits = model(input_ids=ids).logits[:, -1, :].float()
+                logp = torch.log_softmax(logits, -1)
+                if temperature <= 0:
+                    nxt = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(logits / temperature, -1)
+                    if top_p < 1:
+                        sp, idx = probs.sort(-1, descending=True)
+                        sp = sp.masked_fill(sp.cumsum(-1) - sp >= top_p, 0)
+                        probs = torch.zeros_like(probs).scatter_(-1, idx, sp)
+                    nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                for i in range(n):
+                    if not done[i]:
+                        toks[i].append(int(nxt[i]))
+                        lps[i].append(float(logp[i, nxt[i]]))
+                        done[i] = int(nxt[i]) == self.eos
+                if all(done):
+                    break
+                ids = torch.cat([ids, nxt[:, None]], dim=1)
+        return [(t, lp, "stop" if d else "length") for t, lp, d in zip(toks, lps, done)]
+
+
+# ------------------------------------------------------------------------------------------------ the server
+STANDARD = {"model", "prompt", "messages", "n", "max_tokens", "temperature", "top_p", "seed", "logprobs",
+            "top_logprobs", "stop", "stream", "user", "max_completion_tokens"}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "Server"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, status: int, obj, headers: dict | None = None) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_text(self, status: int, text: str) -> None:
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, msg: str, headers: dict | None = None) -> None:
+        self._send(status, {"error": {"message": msg, "type": "error", "code": status}}, headers)
+
+    def _enter(self, body) -> bool:
+        """Record the request; apply the server's failure script. False: an error was already sent."""
+        s = self.server
+        with s.state_lock:
+            s.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+            s.count += 1
+            count = s.count
+        if s.delay:
+            time.sleep(s.delay)
+        if s.always_status:
+            self._error(s.always_status, f"scripted failure {s.always_status}")
+            return False
+        if count <= s.fail_first:
+            self._error(s.fail_status, "scripted transient failure", {"Retry-After": "0"})
+            return False
+        return True
+
+    def do_GET(self):
+        if not self._enter(None):
+            return
+        if self.path.rstrip("/") == "/v1/models":
+            names = list(self.server.lm.models) if self.server.lm else [MODEL_NAME]
+            return self._send(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in names]})
+        self._error(404, f"no route {self.path}")
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        s = self.server
+        with s.state_lock:  # in flight: from receipt until the answer is ready (counted before it is sent, so a
+            s.inflight += 1  # client that reads the answer and sends its next request never sees a stale count)
+            s.max_inflight = max(s.max_inflight, s.inflight)
+        try:
+            ok = self._enter(body)
+        finally:
+            with s.state_lock:
+                s.inflight -= 1
+        if not ok:
+            return
+        if self.path == "/v1/load_lora_adapter":
+            s.lm.load_adapter(body["lora_name"], body["lora_path"])  # vLLM answers in plain text
+            return self._send_text(200, f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+        if self.path == "/v1/unload_lora_adapter":
+            s.lm.models.pop(body["lora_name"], None)
+            return self._send_text(200, f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
+        if self.path not in ("/v1/completions", "/v1/chat/completions"):
+            return self._error(404, f"no route {self.path}")
+        chat = self.path.endswith("chat/completions")
+        if s.strict:
+            unknown = sorted(set(body) - STANDARD)
+            if unknown:
+                return self._error(400, f"Unrecognized request argument supplied: {unknown[0]}")
+        if body.get("model") not in s.lm.models:
+            return self._error(404, f"The model `{body.get('model')}` does not exist.")
+        return self._send(200, self._generate(body, chat))
+
+    def _generate(self, body, chat: bool):
+        lm = self.server.lm
+        if chat:
+            text = lm.tok.apply_chat_template(body["messages"], tokenize=False, add_generation_prompt=True)
+        else:
+            text = body["prompt"]
+        prompt_ids = lm.tok(text, add_special_tokens=False)["input_ids"]
+        n = min(int(body.get("n", 1)), self.server.cap_n)
+        rows = lm.sample(body["model"], prompt_ids, n, int(body.get("max_tokens", 16)),
+                         float(body.get("temperature", 1.0)), float(body.get("top_p", 1.0)), body.get("seed"))
+        as_ids = body.get("return_tokens_as_token_ids")
+        choices = []
+        for i, (ids, lps, finish) in enumerate(rows):
+            shown = ids[:-1] if finish == "stop" else ids
+            out_text = lm.tok.decode(shown, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            names = [f"token_id:{t}" if as_ids else lm.tok.decode([t]) for t in ids]
+            c = {"index": i, "finish_reason": finish}
+            if chat:
+                c["message"] = {"role": "assistant", "content": out_text}
+                if body.get("logprobs"):
+                    c["logprobs"] = {"content": [{"token": nm, "logprob": lp, "bytes": None, "top_logprobs": []}
+                                                 for nm, lp in zip(names, lps)]}
+            else:
+                c["text"] = out_text
+                if body.get("logprobs") is not None:
+                    c["logprobs"] = {"tokens": names, "token_logprobs": lps,
+                                     "top_logprobs": [{nm: lp} for nm, lp in zip(names, lps)],
+                                     "text_offset": [0] * len(ids)}
+            if body.get("return_token_ids"):
+                c["token_ids"] = ids
+                if not chat:
+                    c["prompt_token_ids"] = prompt_ids
+            choices.append(c)
+        resp = {"id": "x", "object": "chat.completion" if chat else "text_completion", "created": 0,
+                "model": body["model"], "choices": choices}
+        if chat and body.get("return_token_ids"):
+            resp["prompt_token_ids"] = prompt_ids
+        return resp
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() joins handler threads: none is left inside torch at exit
+
+    def __init__(self, lm: TinyLM | None = None, *, strict=False, fail_first=0, fail_status=500, always_status=0,
+                 delay=0.0, cap_n=10**9):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.lm, self.strict, self.fail_first, self.fail_status = lm, strict, fail_first, fail_status
+        self.always_status, self.delay, self.cap_n = always_status, delay, cap_n
+        self.state_lock = threading.Lock()
+        self.requests: list[dict] = []
+        self.count = self.inflight = self.max_inflight = 0
+        self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def handle_error(self, request, client_address):
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)  # a client that gave up (timeout test) is no error
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"))
+
+
+@pytest.fixture(scope="module")
+def lm(model_dir) -> TinyLM:
+    torch.set_num_threads(1)
+    return TinyLM(model_dir)
+
+
+@pytest.fixture
+def serve(lm):
+    servers = []
+
+    def start(**kw) -> Server:
+        s = Server(kw.pop("lm", lm), **kw)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _check_against_hf(model, groups, atol=1e-4):
+    from proposer.training import batch_sequence_logprobs
+
+    flat = [c for g in groups for c in g]
+    assert all(c.token_ids and c.prompt_token_ids and c.logprobs for c in flat)
+    ref = batch_sequence_logprobs(model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
+    for c, r in zip(flat, ref):
+        assert len(c.logprobs) == len(r) == len(c.token_ids)
+        assert max(abs(a - b) for a, b in zip(c.logprobs, r)) < atol
+
+
+# ------------------------------------------------------------------------------------------------ the tests
+def test_base_url_normalization():
+    assert normalize_base_url("127.0.0.1:8000") == "http://127.0.0.1:8000/v1"
+    assert normalize_base_url("http://h:1/") == "http://h:1/v1"
+    assert normalize_base_url("https://api.example.com/v1/") == "https://api.example.com/v1"
+    with pytest.raises(BackendError):
+        normalize_base_url("ftp://h/v1")
+
+
+def test_completions_n_per_prompt_with_logprobs_and_token_ids(serve, lm):
+    srv = serve()
+    be = OpenAIBackend(srv.url)  # no model given: the first of GET /v1/models
+    assert be.model == MODEL_NAME
+    prompts = ["def f1(x, y):", "Task: add 3 to every element", "<answer_1>"]
+    groups = be.generate(prompts, 4, SamplingParams(temperature=1.0, max_tokens=6, seed=0))
+    assert [len(g) for g in groups] == [4, 4, 4]
+    for p, g in zip(prompts, groups):
+        for c in g:
+            assert c.prompt_token_ids == lm.tok(p, add_special_tokens=False)["input_ids"]
+            assert 1 <= len(c.token_ids) <= 6 and len(c.logprobs) == len(c.token_ids)
+            assert all(lp <= 0 for lp in c.logprobs)
+            body = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids
+            assert c.text == lm.tok.decode(body, clean_up_tokenization_spaces=False)
+            assert c.policy_version == 0 and c.meta["backend"] == "openai"
+    texts = [c.text for c in groups[0]]
+    assert len(set(texts)) > 1  # n samples, not one sample repeated
+    _check_against_hf(lm.base, groups)
+    assert all(r["body"]["n"] == 4 and r["body"]["logprobs"] == 1 for r in srv.requests if r["body"])
+
+
+def test_finish_reason_length_with_small_max_tokens(serve, lm):
+    srv = serve()
+    be = OpenAIBackend(srv.url, model=MODEL_NAME)
+    groups = be.generate(["def f2(x, y):"] * 2, 5, SamplingParams(max_tokens=3, seed=3))
+    flat = [c for g in groups for c in g]
+    assert any(c.finish_reason == "length" for c in flat)
+    for c in flat:
+        ends_eos = c.token_ids[-1] == lm.eos
+        assert c.finish_reason == ("stop" if ends_eos else "length")
+        if c.finish_reason == "length":
+            assert len(c.token_ids) == 3 and c.meta["server_finish_reason"] == "length"
+
+
+def test_chat_api_logprobs(serve, lm):
+    srv = serve()
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, chat=True)
+    groups = be.generate(["write a function", "add two numbers"], 3, SamplingParams(max_tokens=5, seed=1))
+    assert [len(g) for g in groups] == [3, 3]
+    _check_against_hf(lm.base, groups)
+    bodies = [r["body"] for r in srv.requests if r["body"]]
+    assert all(b["logprobs"] is True and b["messages"][0]["role"] == "user" for b in bodies)
+    assert srv.requests[0]["path"] == "/v1/chat/completions"
+
+
+def test_strict_server_drops_vllm_extensions(serve):
+    srv = serve(strict=True)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, concurrency=1)
+    groups = be.generate(["def f3(x, y):", "<answer_1>"], 2, SamplingParams(max_tokens=4, seed=0))
+    for c in (c for g in groups for c in g):
+        assert c.logprobs and c.token_ids is None and c.prompt_token_ids is None
+    # 1 rejected request, then every request without the extensions
+    assert [("return_token_ids" in r["body"]) for r in srv.requests] == [True, False, False]
+
+
+def test_no_logprobs_requested(serve):
+    srv = serve()
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, logprobs=False)
+    (group,) = be.generate(["def f4(x, y):"], 2, SamplingParams(max_tokens=4, seed=0))
+    assert all(c.logprobs is None and c.token_ids for c in group)
+    assert "logprobs" not in srv.requests[0]["body"]
+
+
+def test_seeds_reproducible_and_distinct_per_prompt(serve):
+    srv = serve()
+    be = OpenAIBackend(srv.url, model=MODEL_NAME)
+    sp = SamplingParams(max_tokens=6, seed=42)
+    a = be.generate(["def f5(x, y):", "def f5(x, y):"], 2, sp)
+    b = be.generate(["def f5(x, y):", "def f5(x, y):"], 2, sp)
+    assert [[c.token_ids for c in g] for g in a] == [[c.token_ids for c in g] for g in b]
+    assert sorted(r["body"]["seed"] for r in srv.requests) == [42, 42, 43, 43]
+    assert [c.token_ids for c in a[0]] != [c.token_ids for c in a[1]]
+    # backend seed without a per-call seed: calls differ but a fresh backend repeats them
+    mk = lambda: OpenAIBackend(srv.url, model=MODEL_NAME, seed=7)  # noqa: E731
+    b1, b2 = mk(), mk()
+    sp = SamplingParams(max_tokens=6)
+    x1, y1 = b1.generate(["<answer_1>"], 3, sp), b1.generate(["<answer_1>"], 3, sp)
+    x2 = b2.generate(["<answer_1>"], 3, sp)
+    assert [c.token_ids for c in x1[0]] == [c.token_ids for c in x2[0]]
+    assert [c.token_ids for c in x1[0]] != [c.token_ids for c in y1[0]]
+
+
+def test_n_split_and_short_servers(serve):
+    srv = serve(cap_n=2)  # a server that returns at most 2 choices whatever n is
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, max_n_per_request=3)
+    (group,) = be.generate(["def f6(x, y):"], 5, SamplingParams(max_tokens=3, seed=0))
+    assert len(group) == 5
+    assert [r["body"]["n"] for r in srv.requests] == [3, 3, 1]
+
+
+def test_concurrency_is_bounded_and_order_kept(serve, lm):
+    srv = serve(delay=0.15)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, concurrency=3)
+    prompts = [f"def f{i}(x, y):" for i in range(8)]
+    t0 = time.monotonic()
+    groups = be.generate(prompts, 1, SamplingParams(max_tokens=2, seed=0))
+    assert time.monotonic() - t0 < 8 * 0.15  # really concurrent
+    assert 2 <= srv.max_inflight <= 3  # bounded by concurrency=3, and really parallel
+    for p, g in zip(prompts, groups):
+        assert g[0].prompt_token_ids == lm.tok(p, add_special_tokens=False)["input_ids"]
+
+
+def test_retries_then_succeeds(serve):
+    srv = serve(fail_first=2, fail_status=500)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, backoff=0.01, max_retries=4)
+    (group,) = be.generate(["def f7(x, y):"], 2, SamplingParams(max_tokens=3, seed=0))
+    assert len(group) == 2 and all(c.logprobs for c in group)
+    assert srv.count == 3
+
+
+def test_retries_on_429(serve):
+    srv = serve(fail_first=1, fail_status=429)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, backoff=0.01)
+    assert len(be.generate(["x"], 1, SamplingParams(max_tokens=2, seed=0))[0]) == 1
+    assert srv.count == 2
+
+
+def test_always_500_is_one_line_backend_error_in_bounded_time(serve):
+    srv = serve(always_status=500)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, backoff=0.05, max_backoff=0.1, max_retries=3)
+    t0 = time.monotonic()
+    with pytest.raises(BackendError) as ei:
+        be.generate(["a", "b"], 2, SamplingParams(max_tokens=2))
+    assert time.monotonic() - t0 < 5
+    msg = str(ei.value)
+    assert "\n" not in msg and "500" in msg and f"{srv.url}/completions" in msg and "4 attempts" in msg
+    assert "scripted failure" in msg  # the server's reason
+
+
+def test_client_error_is_not_retried(serve):
+    srv = serve()
+    be = OpenAIBackend(srv.url, model="no-such-model", backoff=0.01)
+    with pytest.raises(BackendError, match="HTTP 404.*does not exist"):
+        be.generate(["a"], 1, SamplingParams(max_tokens=2))
+    assert srv.count == 1
+
+
+def test_dead_port_is_backend_error():
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    t0 = time.monotonic()
+    with pytest.raises(BackendError) as ei:
+        OpenAIBackend(url, backoff=0.01, max_retries=2)  # model lookup needs the server
+    msg = str(ei.value)
+    assert "\n" not in msg and url in msg and "connection" in msg.lower() and "3 attempts" in msg
+    be = OpenAIBackend(url, model="m", backoff=0.01, max_retries=1)
+    with pytest.raises(BackendError, match="refused"):
+        be.generate(["a"], 1, SamplingParams(max_tokens=2))
+    assert time.monotonic() - t0 < 5
+
+
+def test_timeout_is_retried_then_backend_error(serve):
+    srv = serve(delay=1.0)
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, timeout=0.2, max_retries=1, backoff=0.01)
+    t0 = time.monotonic()
+    with pytest.raises(BackendError, match="timed out") as ei:
+        be.generate(["a"], 1, SamplingParams(max_tokens=2))
+    assert time.monotonic() - t0 < 1.5 and "\n" not in str(ei.value)
+    assert srv.count == 2
+
+
+def test_api_key_from_env(serve, monkeypatch):
+    monkeypatch.setenv("VEVO_TEST_KEY", "sk-test-123")
+    srv = serve()
+    be = OpenAIBackend(srv.url, model=MODEL_NAME, api_key_env="VEVO_TEST_KEY")
+    be.generate(["a"], 1, SamplingParams(max_tokens=1))
+    assert srv.requests[-1]["auth"] == "Bearer sk-test-123"
+    monkeypatch.delenv("VEVO_TEST_KEY")
+    be2 = OpenAIBackend(srv.url, model=MODEL_NAME, api_key_env="VEVO_TEST_KEY")
+    be2.generate(["a"], 1, SamplingParams(max_tokens=1))
+    assert srv.requests[-1]["auth"] is None
+
+
+def test_lora_adapter_hot_swap(serve, lm, model_dir, tmp_path):
+    adapter = make_lora_adapter(model_dir, tmp_path / "adapter")
+    srv = serve(lm=TinyLM(model_dir))
+    be = OpenAIBackend(srv.url, model=MODEL_NAME)
+    sp = SamplingParams(max_tokens=5, seed=0)
+    before = be.generate(["def f8(x, y):"], 2, sp)
+    be.load_adapter(adapter, version=3)
+    assert be.policy_version == 3 and be.model == "vevo-policy-3"
+    after = be.generate(["def f8(x, y):"], 2, sp)
+    assert all(c.policy_version == 3 and c.meta["model"] == "vevo-policy-3" for c in after[0])
+    assert all(c.policy_version == 0 for c in before[0])
+    _check_against_hf(srv.lm.models["vevo-policy-3"], after)
+    with pytest.raises(AssertionError):  # the adapter really changed the policy
+        _check_against_hf(lm.base, after)
+    be.load_adapter(adapter, version=4)
+    assert "vevo-policy-3" not in srv.lm.models and be.model == "vevo-policy-4"
+    be.unload_adapter(version=5)
+    assert be.model == MODEL_NAME and be.state()["adapter"] is None
+
+
+def test_make_backend_spec(serve):
+    srv = serve()
+    be = make_backend(f"openai:{srv.url}", seed=3, chat=False)
+    assert isinstance(be, OpenAIBackend) and be.model == MODEL_NAME and be.seed == 3
+    assert len(be.generate(["a"], 2, SamplingParams(max_tokens=2))[0]) == 2

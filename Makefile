@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.vevo-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: test demo install bench clean
+.PHONY: test test-vllm demo install bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ install: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+test-vllm:
+	scripts/vllm_ci.sh
+
 demo: $(STAMP)
+	rm -rf $(DEMO_OUT)
 	$(VENV)/bin/vevo problems list --suite pbe
 	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 40 --islands 2 --answers 4 --group 2 \
 		--seed 0 --train vpo --train-every 10 --out $(DEMO_OUT)

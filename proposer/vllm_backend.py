@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from proposer.base import Completion, SamplingParams
+from proposer.templating import encode_prompt
 
 try:
     from proposer.backends import BackendError
@@ -51,7 +52,6 @@ except ImportError:  # pragma: no cover
         def __init__(self, msg: str) -> None:
             super().__init__(" ".join(str(msg).split()))
 
-ANSWER_PREFILL = "<answer_1>"
 
 
 def _one_line(exc: BaseException | str, limit: int = 240) -> str:
@@ -212,28 +212,9 @@ class VLLMBackend:
             self.set_policy_version(version)
 
     # ------------------------------------------------------------------------------------------ prompting
-    def _render(self, prompt: str) -> str | None:
-        """The chat-templated text, or None for a plain prompt."""
-        tok = self._tokenizer
-        if not (self.chat and getattr(tok, "chat_template", None)):
-            return None
-        prefill = ANSWER_PREFILL if prompt.endswith(ANSWER_PREFILL) else ""
-        user = prompt[: len(prompt) - len(prefill)].rstrip("\n") if prefill else prompt
-        msgs = [{"role": "user", "content": user}]
-        if prefill:
-            msgs.append({"role": "assistant", "content": prefill})
-            return tok.apply_chat_template(msgs, tokenize=False, continue_final_message=True)
-        return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-
     def encode_prompt(self, prompt: str, max_tokens: int) -> tuple[list[int], int]:
         """(prompt token ids, number of tokens dropped from the left to fit the context)."""
-        templated = self._render(prompt)
-        text = prompt if templated is None else templated
-        ids = list(self._tokenizer(text, add_special_tokens=templated is None)["input_ids"])
-        keep = max(1, self.max_model_len - min(max(int(max_tokens), 1), self.max_model_len // 2))
-        if len(ids) > keep:
-            return ids[len(ids) - keep:], len(ids) - keep
-        return ids, 0
+        return encode_prompt(self._tokenizer, prompt, chat=self.chat, max_context=self.max_model_len, max_tokens=max_tokens)
 
     # ----------------------------------------------------------------------------------------- generation
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]:

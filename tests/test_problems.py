@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from evaluators.pool import SandboxPool
-from problems.model import CallCase, Problem, ProblemError, load_native, write_native
+from problems.model import CallCase, Problem, load_native, write_native
 from problems.openevolve import load_openevolve
-from problems.registry import discover, load_tree
+from problems.registry import discover
 from tests.campaign_helpers import ROOT, vevo
 
 

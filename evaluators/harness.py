@@ -10,7 +10,6 @@ import builtins
 import json
 import os
 import sys
-import traceback
 
 from problems import values
 
@@ -44,6 +43,8 @@ def _exc(e: BaseException) -> str:
 
 def _tb_tail(limit: int = 1500) -> str:
     try:
+        import traceback
+
         return traceback.format_exc()[-limit:]
     except _BaseException:
         return ""
@@ -79,7 +80,7 @@ def run_function(code, job: dict, emit, encode=_encoder(), decode=_decode, exc_t
     try:
         exec(code, ns)
         if job.get("setup"):
-            exec(compile(job["setup"], "setup.py", "exec"), ns)
+            exec(_compile(job["setup"], "setup.py", "exec"), ns)
     except _BaseException as e:
         emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
         return
@@ -91,7 +92,7 @@ def run_function(code, job: dict, emit, encode=_encoder(), decode=_decode, exc_t
         rec: dict
         try:
             if kind == "assert":
-                exec(compile(case["code"], f"test_{i}.py", "exec"), ns)
+                exec(_compile(case["code"], f"test_{i}.py", "exec"), ns)
                 rec = {"t": "case", "i": i, "pass": True}
             elif kind == "calls":  # a split assert: report the values, the parent decides
                 if fn is None or not callable(fn):
@@ -99,7 +100,7 @@ def run_function(code, job: dict, emit, encode=_encoder(), decode=_decode, exc_t
                 ns["_vevo_pack"] = _pack
                 vs = []
                 for src in case["calls"]:
-                    a, k = eval(compile(src, f"test_{i}.py", "eval"), ns)
+                    a, k = eval(_compile(src, f"test_{i}.py", "eval"), ns)
                     vs.append(encode(fn(*a, **k)))
                 rec = {"t": "case", "i": i, "vs": vs}
             elif fn is None or not callable(fn):
@@ -123,6 +124,35 @@ def run_function(code, job: dict, emit, encode=_encoder(), decode=_decode, exc_t
             rec = {"t": "case", "i": i, "err": _exc(e), "mem": _isinstance(e, _MemoryError)}
         emit(rec)
     emit({"t": "done", "n": len(cases)})
+
+
+_CODE_CACHE: dict[tuple[str, str, str], object] = {}
+
+
+def _compile(src: str, name: str, mode: str):
+    """Test code (setup, asserts, split calls) is the problem's, not the candidate's: the worker compiles it
+    once before forking (precompile) and every candidate process finds it here."""
+    key = (src, name, mode)
+    code = _CODE_CACHE.get(key)
+    if code is None:
+        code = compile(src, name, mode)
+        if len(_CODE_CACHE) < 50_000:
+            _CODE_CACHE[key] = code
+    return code
+
+
+def precompile(job: dict) -> None:
+    try:
+        if job.get("setup"):
+            _compile(job["setup"], "setup.py", "exec")
+        for i, case in enumerate(job.get("cases", [])):
+            if case["kind"] == "assert":
+                _compile(case["code"], f"test_{i}.py", "exec")
+            elif case["kind"] == "calls":
+                for src in case["calls"]:
+                    _compile(src, f"test_{i}.py", "eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass  # the candidate process meets the same error and reports it
 
 
 def _pack(*a, **k):
@@ -150,6 +180,8 @@ def run_stdio(code, job: dict, emit, fd: int) -> None:
             except SystemExit as e:
                 rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             except BaseException:
+                import traceback
+
                 traceback.print_exc()
                 rc = 1
             try:

@@ -16,9 +16,7 @@ import ctypes
 import os
 import resource
 import signal
-import socket
 import sys
-from dataclasses import dataclass, field
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -36,15 +34,15 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-@dataclass
 class WorkerIsolation:
-    netns: bool = False
-    readonly_fs: bool = False
-    box_tmpfs: bool = False
-    uid: int | None = None
-    subreaper: bool = False
-    hidden: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    """Which layers are active. Plain classes, no dataclasses: every module the worker imports makes each
+    fork slower (page tables to copy), so the worker stays small."""
+
+    def __init__(self) -> None:
+        self.netns = self.readonly_fs = self.box_tmpfs = self.subreaper = False
+        self.uid: int | None = None
+        self.hidden: list[str] = []
+        self.notes: list[str] = []
 
     def describe(self) -> dict:
         return {"network": "netns" if self.netns else "socket-block", "filesystem":
@@ -150,21 +148,23 @@ def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> 
         expose_for_uid(paths, iso, depth + 1)
 
 
-@dataclass(frozen=True)
+def scrub_env() -> None:
+    """Once per worker, after its imports: candidates inherit only a minimal environment (no secrets, no
+    PYTHONPATH of the orchestrator). Done here rather than per fork, where it cost ~0.3 ms a candidate."""
+    os.environ.clear()
+    os.environ.update({"PATH": SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+
+
 class Limits:
-    time_limit: float
-    memory_mb: int
-    nproc: int = 64
-    fsize_mb: int = 16
-    nofile: int = 64
+    def __init__(self, time_limit: float, memory_mb: int, nproc: int = 64, fsize_mb: int = 16, nofile: int = 64):
+        self.time_limit, self.memory_mb, self.nproc, self.fsize_mb, self.nofile = \
+            time_limit, memory_mb, nproc, fsize_mb, nofile
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
     """In the forked candidate process: new session, rlimits, private cwd, scrubbed env, drop to uid."""
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
     cpu = int(limits.time_limit) + 2
     mem = limits.memory_mb * 1024 * 1024
     for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, limits.nproc),
@@ -175,9 +175,7 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
         except (ValueError, OSError):
             pass
     os.chdir(workdir)
-    os.environ.clear()
-    os.environ.update({"PATH": SAFE_PATH, "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-                       "PYTHONDONTWRITEBYTECODE": "1"})
+    os.environ["HOME"] = os.environ["TMPDIR"] = workdir  # the rest was scrubbed once, in scrub_env()
     if iso.uid is not None:
         os.setgroups([])
         os.setgid(iso.uid)
@@ -189,6 +187,8 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
 
 def block_sockets() -> None:
     """Fallback when no network namespace is available: refuse socket creation in this process."""
+    import socket
+
     def refused(*a, **k):
         raise PermissionError("network access is disabled in the vevo sandbox")
     socket.socket.connect = refused  # type: ignore[method-assign]

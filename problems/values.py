@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+TYPE_CHECKING = False  # the sandbox worker imports this module: not even `typing` at run time
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_DEPTH = 200
 

@@ -88,13 +88,25 @@ def test_campaign_with_hostile_candidates_finishes(tmp_path):
     assert counts.get("timeout", 0) >= 1 and counts.get("crash", 0) >= 1
 
 
+def _last_iteration(run: Path) -> int:
+    if not (run / "archive.db").exists():
+        return -1
+    try:
+        with Archive(run / "archive.db", readonly=True) as a:
+            it = a.last_iteration()
+    except Exception:  # the file is being created
+        return -1
+    return -1 if it is None else it
+
+
 def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
-    """kill -9 `vevo run` at 20 random moments; resume each time; the finished archive equals an
-    uninterrupted run with the same seed."""
+    """kill -9 `vevo run` at 20 random moments (some during start-up, most after a random number of new
+    iterations, so the kills spread over the run whatever the machine's speed); resume each time; the
+    finished archive equals an uninterrupted run with the same seed."""
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("retire_solved: false\n")
-    args = [str(cfg), *IDS, "--proposer", f"replay:{replay}", "--iterations", "1500", "--answers", "3",
+    args = [str(cfg), *IDS, "--proposer", f"replay:{replay}", "--iterations", "2000", "--answers", "3",
             "--group", "2", "--workers", "2", "--seed", "3", "--quiet"]
     ref = tmp_path / "ref"
     vevo("run", *args, "--out", str(ref))
@@ -108,7 +120,14 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
         cmd = ["run", *args, "--out", str(run)] if not started else ["resume", str(run), "--quiet"]
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *cmd], cwd=str(ROOT), env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-        time.sleep(rng.uniform(0.3, 1.0))
+        if kills % 5 == 0:  # during start-up or the first iterations
+            time.sleep(rng.uniform(0.05, 0.8))
+        else:  # after a random number of newly committed iterations, at a random moment inside the next
+            target = max(last_iter, 0) + rng.randint(1, 30)
+            end = time.time() + 60
+            while p.poll() is None and _last_iteration(run) < target and time.time() < end:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0, 0.02))
         if p.poll() is not None:  # finished before the kill: nothing left to interrupt
             assert p.returncode == 0, p.stderr.read().decode()[-3000:]
             break

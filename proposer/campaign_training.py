@@ -2,9 +2,9 @@
 recent complete groups of the archive → advantages (VPO or a baseline) → one PolicyTrainer step → a new
 policy version published to the backend (in place for ``hf``; the adapter is saved under the run dir).
 
-Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/``; a training step
-that a kill interrupted is redone, one that finished is not, so a resumed run trains exactly when the
-uninterrupted one did.
+Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/state.json`` and the
+snapshot folder it names; a training step that a kill interrupted is redone, one that finished is not, so a
+resumed run trains exactly when the uninterrupted one did.
 """
 from __future__ import annotations
 
@@ -85,29 +85,40 @@ class CampaignTrainer:
 
         st = json.loads(state_file.read_text())
         self.version, self.last_iteration = int(st["version"]), int(st["iteration"])
-        weights = self.dir / "weights.pt"
-        if weights.is_file():
-            sd = torch.load(weights, map_location="cpu", weights_only=True)
-            trainable = {n for n, p in self.trainer.model.named_parameters() if p.requires_grad}
-            self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
-        opt = self.dir / "optimizer.pt"
-        if opt.is_file():
-            self.trainer.load_state_dict(torch.load(opt, map_location="cpu", weights_only=False))
+        snap = self.dir / st["snapshot"]
+        sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
+        trainable = {n for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        missing = trainable - set(sd)
+        if missing:
+            raise TrainingError(f"{snap}: saved weights do not match the model ({len(missing)} trainable tensors missing)")
+        self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
+        self.trainer.load_state_dict(torch.load(snap / "optimizer.pt", map_location="cpu", weights_only=False))
         self.backend.set_policy_version(self.version)
 
     def _save(self, iteration: int) -> None:
+        """Everything of one step goes into a fresh snapshot folder; replacing state.json (atomic rename) is
+        the commit point, so a kill at any moment leaves the previous complete step or this one."""
+        import shutil
+
         import torch
 
+        snap = f"step-{iteration}-v{self.version}"
+        tmp = self.dir / (snap + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
         trainable = {n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
-        torch.save(trainable, self.dir / "weights.tmp")
-        torch.save(self.trainer.state_dict(), self.dir / "optimizer.tmp")
+        torch.save(trainable, tmp / "weights.pt")
+        torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
         if self.cfg.train_lora:
-            self.trainer.save_adapter(self.dir / f"adapter-v{self.version}")
-        (self.dir / "weights.tmp").replace(self.dir / "weights.pt")
-        (self.dir / "optimizer.tmp").replace(self.dir / "optimizer.pt")
-        tmp = self.dir / "state.tmp"
-        tmp.write_text(json.dumps({"version": self.version, "iteration": iteration}))
-        tmp.replace(self.dir / "state.json")  # the commit point of a training step
+            self.trainer.save_adapter(tmp / "adapter")
+        shutil.rmtree(self.dir / snap, ignore_errors=True)
+        tmp.rename(self.dir / snap)
+        old = json.loads((self.dir / "state.json").read_text())["snapshot"] if (self.dir / "state.json").is_file() else None
+        st = self.dir / "state.tmp"
+        st.write_text(json.dumps({"version": self.version, "iteration": iteration, "snapshot": snap}))
+        st.replace(self.dir / "state.json")
+        if old and old != snap:
+            shutil.rmtree(self.dir / old, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
     def on_restore(self, camp) -> None:

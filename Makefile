@@ -25,7 +25,7 @@ test-vllm:
 demo: $(STAMP)
 	rm -rf $(DEMO_OUT)
 	$(VENV)/bin/vevo problems list --suite pbe
-	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 40 --islands 2 --answers 4 --group 2 \
+	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 120 --islands 2 --answers 4 --group 2 \
 		--seed 0 --train vpo --train-every 10 --out $(DEMO_OUT)
 	$(VENV)/bin/vevo curves $(DEMO_OUT) --out $(DEMO_OUT)/curves.png --csv
 

@@ -85,7 +85,14 @@ class HFBackend:
                  rescore: bool = False, policy_version: int = 0, name: str | None = None,
                  seed: int | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import warnings
+
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()  # no weight-loading progress bars in a campaign's output
+        hf_logging.disable_progress_bar()
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
         self.path = Path(path)
         if not (self.path / "config.json").is_file():

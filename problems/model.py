@@ -294,19 +294,11 @@ def _case_from_dict(t: Any, where: Path, fld: str) -> TestCase:
 
 
 def read_tests_file(path: Path) -> list[TestCase]:
+    from .jsonl import read_jsonl
+
     if not path.is_file():
         raise ProblemError(path, "", "tests file not found")
-    out: list[TestCase] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ProblemError(path, f"line {n}", f"invalid JSON: {e.msg}") from None
-            out.append(case_from_json(obj, path, f"line {n}"))
-    return out
+    return [case_from_json(obj, path, f"line {n}") for n, obj in read_jsonl(path)]
 
 
 def case_from_json(obj: Any, where: Path, fld: str) -> TestCase:

@@ -28,8 +28,8 @@ from typing import Any
 
 from problems.model import CallCase, Problem, ProblemError, StdioCase
 
-from .common import (WRAPPER, _encodable, entry_wrapper, evolve_block, field, first_sentence, parse, read_jsonl,
-                     stub_from_arity, wrapped_label)
+from ..jsonl import read_jsonl
+from .common import (WRAPPER, _encodable, entry_wrapper, evolve_block, field, first_sentence, parse, stub_from_arity, wrapped_label)
 
 DEFAULT_FILES = ("selected150.jsonl", "apps.jsonl", "test.jsonl")
 TIME_LIMIT = 20.0

@@ -31,8 +31,9 @@ from typing import Any
 from problems import values
 from problems.model import CallCase, Problem, ProblemError
 
+from ..jsonl import read_jsonl
 from .common import (WRAPPER, entry_wrapper, evolve_block, field, find_def, first_sentence, parse_code,
-                     read_jsonl, stub_from_arity, stub_from_def, wrapped_label)
+                     stub_from_arity, stub_from_def, wrapped_label)
 from .humaneval import seed_and_description, task_number
 
 DEFAULT_MAX_PLUS = 100

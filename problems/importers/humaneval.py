@@ -23,8 +23,9 @@ from pathlib import Path
 
 from problems.model import AssertCase, Problem, ProblemError
 
+from ..jsonl import read_jsonl
 from .common import (Converted, apply_tolerances, convert_assert, evolve_block, field, finish_cases, parse,
-                     parse_code, read_jsonl)
+                     parse_code)
 
 DEFAULT_FILES = ("HumanEval.jsonl.gz", "HumanEval.jsonl")
 TIME_LIMIT = 10.0

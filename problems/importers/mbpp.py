@@ -23,8 +23,9 @@ from pathlib import Path
 
 from problems.model import Problem, ProblemError
 
+from ..jsonl import read_jsonl
 from .common import (apply_tolerances, called_names, convert_assert, evolve_block, field, find_def, finish_cases,
-                     first_sentence, names_used, parse, parse_code, read_jsonl, str_list, stub_from_arity,
+                     first_sentence, names_used, parse, parse_code, str_list, stub_from_arity,
                      stub_from_def)
 
 FULL_FILE = "mbpp.jsonl"

@@ -36,8 +36,9 @@ class CampaignConfig(StrictModel):
     problems_dir: list[str] = Field(default_factory=list, description="extra folders to load problems from")
     # proposer and search shape
     proposer: str = "tiny"
-    proposer_threads: int | None = Field(None, ge=1, description="torch threads for tiny/hf on CPU "
-                                         "(None: the backend's default)")
+    proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU; 1 while the "
+                                         "sandbox overlaps generation ran 2.06x faster than 2 (bench/cpu_schedule.py); "
+                                         "None: the backend's default")
     iterations: int = Field(50, ge=0)
     islands: int = Field(2, ge=1)
     answers: int = Field(4, ge=1, description="m: answers per completion")

@@ -22,6 +22,7 @@ class SplitAssert:
     expr: str                # the assert's test with each call replaced by its placeholder
 
 
+@lru_cache(maxsize=4096)
 def setup_names(setup: str) -> frozenset[str]:
     """Names a setup snippet binds at top level (imports, defs, classes, assignments)."""
     try:

@@ -393,7 +393,8 @@ class Archive:
                          _dumps(comp.sampling), comp.finish_reason)).lastrowid
                     completion_of[(gi, comp.idx)] = (cid, comp.policy_version)
             eval_index = c.execute("SELECT COALESCE(MAX(eval_index), 0) FROM programs").fetchone()[0]
-            ids = []
+            first_id = c.execute("SELECT COALESCE(MAX(id), 0) FROM programs").fetchone()[0] + 1
+            rows = []
             for p in programs:
                 completion_id, version = None, 0
                 if p.completion is not None:
@@ -405,13 +406,13 @@ class Archive:
                     version = p.policy_version
                 ev = p.evaluation
                 eval_index += 1
-                ids.append(c.execute(
-                    f"INSERT INTO programs({_PROGRAM_COLS.split(', ', 1)[1]}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (p.problem, p.island, iteration, _dumps([int(i) for i in p.parent_ids]), p.code,
-                     code_hash(p.code), _dumps(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)),
-                     ev.status, _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index,
-                     p.staleness)).lastrowid)
+                rows.append((first_id + len(rows), p.problem, p.island, iteration,
+                             _dumps([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
+                             _dumps(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
+                             _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness))
+            # one statement for all programs; ids are explicit (single writer inside BEGIN IMMEDIATE)
+            c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows)
+            ids = [r[0] for r in rows]
             c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
             if checkpoint is not None:
                 c.execute("INSERT INTO checkpoints(iteration, state) VALUES (?, ?)", (iteration, _dumps(checkpoint)))

@@ -185,3 +185,30 @@ def test_bad_config_and_run_dir_errors(tmp_path):
     assert r.returncode == 2 and "not a run directory" in r.stderr
     r = vevo("run", "--suite", "pbe", "--proposer", "bogus:thing", "--out", str(tmp_path / "y"), check=False)
     assert r.returncode == 2 and "unknown proposer spec" in r.stderr
+
+
+def test_campaign_on_imported_problems(tmp_path):
+    """MBPP problems imported from ../shared/data, run through `vevo run --problems-dir` with the replay
+    proposer: the real sandbox scores them, and the one whose reference is replayed gets solved."""
+    from problems.importers import import_problems
+    from problems.model import write_native
+    from proposer.parsing import format_answers
+    from tests.conftest import DATA
+
+    src = DATA / "mbpp" / "mbpp.jsonl"
+    if not src.is_file():
+        pytest.skip(f"{src} not present")
+    probs = import_problems("mbpp", src)[:3]
+    pdir = tmp_path / "imported"
+    for p in probs:
+        write_native(p, pdir / p.id.replace("/", "__"))
+    wrong = "def nothing(*a):\n    return None\n"
+    lines = [tail(format_answers([wrong, p.reference_code])) for p in probs]
+    (tmp_path / "r.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in lines) + "\n")
+    run = tmp_path / "run"
+    ids = [a for p in probs for a in ("--problem", p.id)]
+    vevo("run", "--problems-dir", str(pdir), *ids, "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
+         "--iterations", "6", "--islands", "1", "--answers", "2", "--group", "1", "--out", str(run), "--quiet")
+    show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
+    assert show["problems"] == 3 and show["solved"] >= 1
+    assert show["status_counts"].get("ok", 0) >= 1

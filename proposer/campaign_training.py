@@ -53,13 +53,20 @@ class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
     def __init__(self, cfg, run_dir: str | Path, backend, *, lora_rank: int = 8):
-        if not hasattr(backend, "model") or not hasattr(backend, "tokenizer"):
-            raise TrainingError(f"--train {cfg.train} needs a trainable backend (tiny or hf:PATH), "
-                                f"not {getattr(backend, 'name', type(backend).__name__)}")
         self.cfg, self.backend, self.algo = cfg, backend, cfg.train
         self.dir = Path(run_dir) / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
-        model = backend.model
+        # hf: the backend's own model is trained in place. vllm: a transformers copy of the same weights is
+        # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
+        self.learner = backend
+        if not hasattr(backend, "model"):
+            if not (hasattr(backend, "load_adapter") and getattr(backend, "path", None) and cfg.train_lora):
+                raise TrainingError(f"--train {cfg.train} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
+                                    f"not {getattr(backend, 'name', type(backend).__name__)}")
+            from .hf import HFBackend
+
+            self.learner = HFBackend(backend.path, threads=cfg.proposer_threads)
+        model = self.learner.model
         if cfg.train_lora:
             from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -68,7 +75,7 @@ class CampaignTrainer:
                 targets = [t for t in LORA_TARGETS if t in names] or ["c_attn"]
                 model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                          target_modules=targets))
-                backend.model = model
+                self.learner.model = model
         self.trainer = PolicyTrainer(model, TrainConfig(lr=cfg.train_lr, epochs=cfg.train_epochs,
                                                         minibatch=min(8, cfg.train_batch * cfg.group)),
                                      ref_model=None if cfg.train_lora else PolicyTrainer.frozen_copy(model))
@@ -93,9 +100,16 @@ class CampaignTrainer:
             raise TrainingError(f"{snap}: saved weights do not match the model ({len(missing)} trainable tensors missing)")
         self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
         self.trainer.load_state_dict(torch.load(snap / "optimizer.pt", map_location="cpu", weights_only=False))
-        self.backend.set_policy_version(self.version)
+        self._publish(snap)
 
-    def _save(self, iteration: int) -> None:
+    def _publish(self, snap: Path) -> None:
+        """Make the new policy the one that generates: in place for hf, an adapter hot-swap otherwise."""
+        if self.learner is self.backend:
+            self.backend.set_policy_version(self.version)
+        else:
+            self.backend.load_adapter(snap / "adapter", self.version)
+
+    def _save(self, iteration: int) -> Path:
         """Everything of one step goes into a fresh snapshot folder; replacing state.json (atomic rename) is
         the commit point, so a kill at any moment leaves the previous complete step or this one."""
         import shutil
@@ -119,12 +133,14 @@ class CampaignTrainer:
         st.replace(self.dir / "state.json")
         if old and old != snap:
             shutil.rmtree(self.dir / old, ignore_errors=True)
+        return self.dir / snap
 
     # --------------------------------------------------------------- hooks
     def on_restore(self, camp) -> None:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
         a step due at the checkpoint's iteration that never finished is done now."""
-        self.backend.set_policy_version(self.version)
+        if (self.dir / "state.json").is_file():
+            self._publish(self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"])
         t = camp.iteration
         if t > 0 and t % self.cfg.train_every == 0 and self.last_iteration < t:
             self.train(camp, t)
@@ -161,8 +177,8 @@ class CampaignTrainer:
         if samples:
             stats.update(self.trainer.step(samples))
             self.version += 1
-        self._save(iteration)
+        snap = self._save(iteration)
         self.last_iteration = iteration
-        self.backend.set_policy_version(self.version)
+        self._publish(snap)
         camp.archive.record_training(iteration, self.version, stats)
         return stats

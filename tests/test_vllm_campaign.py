@@ -39,3 +39,24 @@ def test_short_campaign_through_vllm_serve(tiny_server, tmp_path):
     assert all(c.logprobs for c in comps)  # behaviour log-probs came over HTTP
     parsed = sum(1 for c in comps for a in c.answers if a.strip())
     assert parsed >= len(comps)  # the tiny model answers in the format through the server too
+
+
+def test_vllm_campaign_trains_and_hot_swaps_lora(tmp_path):
+    """--proposer vllm:PATH --train vpo: a transformers copy learns, each new LoRA adapter is hot-swapped into
+    the engine (LoRARequest), and the completions generated afterwards record the new policy version."""
+    from evolve.archive import Archive
+
+    run = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_tokens: 160\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
+                   "train_lr: 0.001\nseed: 5\n")
+    vevo("run", str(cfg), "--suite", "pbe-train", "--proposer", f"vllm:{TINY_CHECKPOINT}", "--iterations", "6",
+         "--islands", "1", "--answers", "2", "--group", "2", "--out", str(run), "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows = a.training_rows()
+        groups = a.recent_groups(100)
+    assert [r.step for r in rows] == [2, 4, 6]
+    published = rows[0].policy_version
+    assert published >= 1
+    late = [c.policy_version for g in groups if g.iteration >= 4 for c in g.completions]
+    assert late and all(v >= published for v in late)

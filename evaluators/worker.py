@@ -84,7 +84,7 @@ class Worker:
         for fd in (w_res, w_out, w_err):
             os.close(fd)
         res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit)
-        self._cleanup(pid, workdir)
+        remove_tree(workdir)
         for fd in (r_res, r_out, r_err):
             try:
                 os.close(fd)
@@ -139,7 +139,7 @@ class Worker:
                 if wpid:
                     status = st
             for fd in bufs:
-                while self._read(fd, bufs, sent, caps, None):
+                while self._read(fd, bufs, sent, caps):
                     if sent[fd] > caps[fd]:
                         output_limit = True
                         break
@@ -154,7 +154,7 @@ class Worker:
         # every writer is dead now: drain what is left
         for fd in list(bufs):
             for _ in range(10000):
-                if not self._read(fd, bufs, sent, caps, None):
+                if not self._read(fd, bufs, sent, caps):
                     break
         os.close(pidfd)
         if sent[r_res] > RESULT_CAP or sent[r_out] > OUT_CAP or sent[r_err] > OUT_CAP:
@@ -181,7 +181,7 @@ class Worker:
         return out
 
     @staticmethod
-    def _read(fd, bufs, sent, caps, sel, drain: bool = False) -> bool:
+    def _read(fd, bufs, sent, caps) -> bool:
         """Read one chunk. The result channel keeps its head (up to its cap); stdout/stderr keep a tail."""
         try:
             chunk = os.read(fd, 1 << 16)
@@ -190,8 +190,6 @@ class Worker:
         except OSError:
             chunk = b""
         if not chunk:
-            if sel is not None:
-                sel.unregister(fd)
             return False
         sent[fd] += len(chunk)
         buf = bufs[fd]
@@ -228,9 +226,6 @@ class Worker:
         else:
             isolation.kill_descendants(os.getpid())
         isolation.reap_orphans(wait=2.0)
-
-    def _cleanup(self, pid: int, workdir: str) -> None:
-        remove_tree(workdir)
 
 
 class _Conn:

@@ -39,3 +39,28 @@ class Backend(Protocol):
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]: ...
 
     def close(self) -> None: ...
+
+
+class AdapterState:
+    """Checkpoint state shared by the backends whose policy is a base model plus an optional LoRA adapter
+    (hf, vllm, openai): the policy version, the adapter to reload on resume, and the call counter that seeds
+    calls made without an explicit seed."""
+
+    policy_version: int
+    adapter_path: str | None
+    _calls: int
+    _state_has_calls = True  # hf keeps its call counter out of checkpoints (its state has always been two keys)
+
+    def state(self) -> dict[str, Any]:
+        st: dict[str, Any] = {"policy_version": self.policy_version, "adapter": self.adapter_path}
+        if self._state_has_calls:
+            st["calls"] = self._calls
+        return st
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if state.get("adapter") and state["adapter"] != self.adapter_path:
+            self.load_adapter(state["adapter"], state.get("policy_version"))  # type: ignore[attr-defined]
+        elif "policy_version" in state:
+            self.set_policy_version(int(state["policy_version"]))  # type: ignore[attr-defined]
+        if isinstance(state.get("calls"), int):
+            self._calls = state["calls"]

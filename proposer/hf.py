@@ -46,7 +46,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from proposer.base import Completion, SamplingParams
+from proposer.base import AdapterState, Completion, SamplingParams
 from proposer.templating import encode_prompt
 from proposer.backends import BackendError
 
@@ -76,8 +76,10 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
 
 
-class HFBackend:
+class HFBackend(AdapterState):
     """Backend protocol over a local transformers causal LM (CPU or GPU, optional PEFT adapter)."""
+
+    _state_has_calls = False
 
     def __init__(self, path: str | os.PathLike[str], device: str | torch.device | None = None,
                  dtype: Any = None, adapter: str | os.PathLike[str] | None = None, batch_size: int = 16,
@@ -321,15 +323,6 @@ class HFBackend:
         return groups
 
     # ------------------------------------------------------------------------------------------- bookkeeping
-    def state(self) -> dict[str, Any]:
-        return {"policy_version": self.policy_version, "adapter": self.adapter_path}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("adapter"):
-            self.load_adapter(state["adapter"], state.get("policy_version"))
-        elif "policy_version" in state:
-            self.set_policy_version(int(state["policy_version"]))
-
     def close(self) -> None:
         """Drop the model; the backend cannot generate afterwards."""
         self._model = None  # type: ignore[assignment]

@@ -49,7 +49,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from proposer.base import Completion, SamplingParams
+from proposer.base import AdapterState, Completion, SamplingParams
 
 try:  # the shared error type; a compatible fallback keeps this module importable on its own
     from proposer.backends import BackendError
@@ -100,7 +100,7 @@ class _HTTPFailure(Exception):
         self.desc, self.retryable, self.status, self.body, self.retry_after = desc, retryable, status, body, retry_after
 
 
-class OpenAIBackend:
+class OpenAIBackend(AdapterState):
     """Backend protocol over an OpenAI-compatible server (completions or chat API)."""
 
     def __init__(self, base_url: str, model: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
@@ -347,17 +347,6 @@ class OpenAIBackend:
             pass  # an adapter left loaded costs server memory only
 
     # ------------------------------------------------------------------------------------------- bookkeeping
-    def state(self) -> dict[str, Any]:
-        return {"policy_version": self.policy_version, "adapter": self.adapter_path, "calls": self._calls}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("adapter") and state["adapter"] != self.adapter_path:
-            self.load_adapter(state["adapter"], state.get("policy_version"))
-        elif "policy_version" in state:
-            self.set_policy_version(int(state["policy_version"]))
-        if isinstance(state.get("calls"), int):
-            self._calls = state["calls"]
-
     def close(self) -> None:
         """Nothing held open: every request uses its own connection."""
 

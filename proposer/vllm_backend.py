@@ -42,7 +42,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from proposer.base import Completion, SamplingParams
+from proposer.base import AdapterState, Completion, SamplingParams
 from proposer.templating import encode_prompt
 
 try:
@@ -82,7 +82,7 @@ def _cpu_defaults() -> None:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
-class VLLMBackend:
+class VLLMBackend(AdapterState):
     """Backend protocol over ``vllm.LLM`` with n-sampling, behaviour log-probs and LoRA hot-swap."""
 
     def __init__(self, path: str | os.PathLike[str], *, dtype: str = "auto", seed: int | None = None,
@@ -279,17 +279,6 @@ class VLLMBackend:
         return out
 
     # ------------------------------------------------------------------------------------------- bookkeeping
-    def state(self) -> dict[str, Any]:
-        return {"policy_version": self.policy_version, "adapter": self.adapter_path, "calls": self._calls}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("adapter"):
-            self.load_adapter(state["adapter"], state.get("policy_version"))
-        elif "policy_version" in state:
-            self.set_policy_version(int(state["policy_version"]))
-        if isinstance(state.get("calls"), int):
-            self._calls = state["calls"]
-
     def close(self) -> None:
         """Shut the engine (and its worker processes) down; the backend cannot generate afterwards."""
         llm = getattr(self, "_llm", None)

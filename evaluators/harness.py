@@ -204,16 +204,27 @@ def run_stdio(code, job: dict, emit, fd: int) -> None:
     emit({"t": "done", "n": len(job["cases"])})
 
 
+def ensure_openevolve() -> None:
+    """Evaluators import ``openevolve.evaluation_result``; without the package, load our shim. The worker calls
+    this before forking, because the candidate's uid may not be able to read this repository's files."""
+    try:
+        import openevolve.evaluation_result  # noqa: F401
+    except ImportError:
+        shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims")
+        for m in [m for m in sys.modules if m == "openevolve" or m.startswith("openevolve.")]:
+            del sys.modules[m]
+        sys.path.insert(0, shim)
+        try:
+            import openevolve.evaluation_result  # noqa: F401,F811
+        finally:
+            sys.path.remove(shim)
+
+
 def run_openevolve(job: dict, emit) -> None:
     """OpenEvolve's evaluator contract, run in the sandbox next to the candidate file it imports."""
     import importlib.util
 
-    try:
-        import openevolve.evaluation_result  # noqa: F401
-    except ImportError:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "shims"))
-        for m in [m for m in sys.modules if m == "openevolve" or m.startswith("openevolve.")]:
-            del sys.modules[m]
+    ensure_openevolve()
     with open("program.py", "w", encoding="utf-8") as f:
         f.write(job["code"])
     path = os.path.abspath("program.py")

@@ -50,6 +50,7 @@ class Worker:
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)
         if job.get("mode") == "openevolve":
+            harness.ensure_openevolve()  # imported here, where the repository is readable
             job = self._stage_evaluator(job, workdir)
         else:
             harness.precompile(job)  # trusted test code, compiled once here and inherited by every fork

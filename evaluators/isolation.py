@@ -124,7 +124,9 @@ def _blocked_ancestor(path: str) -> str | None:
 def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> None:
     """The interpreter may live under a private directory (pyenv in /root, mode 0700) that the sandbox
     uid cannot traverse. In the worker's own mount namespace, cover that directory with an empty
-    tmpfs (hiding the rest of it) and bind-mount back only the subtrees Python needs."""
+    tmpfs (hiding the rest of it) and bind-mount back only the subtrees Python needs. A needed directory
+    that is itself private (this checkout cloned into a 0700 temp dir) is covered the same way with all of
+    its entries bound back, so it becomes traversable."""
     if depth > 3:
         return
     groups: dict[str, set[str]] = {}
@@ -132,14 +134,22 @@ def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> 
         anc = _blocked_ancestor(p)
         if anc is not None:
             groups.setdefault(anc, set()).add(p[len(anc) + 1:].split("/")[0])
+    for p in paths:  # a needed directory that is itself private (a checkout in a 0700 temp dir): keep all of it
+        if os.path.isdir(p) and not os.stat(p).st_mode & 0o001 and p != "/":
+            groups.setdefault(p, set()).update(os.listdir(p))
     for anc, kids in groups.items():
-        fds = {k: os.open(os.path.join(anc, k), os.O_PATH) for k in kids if os.path.exists(os.path.join(anc, k))}
+        fds = {k: os.open(os.path.join(anc, k), os.O_PATH) for k in kids if os.path.lexists(os.path.join(anc, k))}
         if _libc.mount(b"tmpfs", anc.encode(), b"tmpfs", 0, b"size=1m,mode=0755") != 0:
             iso.notes.append(f"expose {anc}: {_err()}")
+            for fd in fds.values():
+                os.close(fd)
             continue
         for k, fd in fds.items():
             dst = os.path.join(anc, k)
-            os.mkdir(dst, 0o755)
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.mkdir(dst, 0o755)
+            else:
+                os.close(os.open(dst, os.O_CREAT | os.O_WRONLY, 0o644))
             if _libc.mount(f"/proc/self/fd/{fd}".encode(), dst.encode(), None, MS_BIND | MS_REC, None) != 0:
                 iso.notes.append(f"bind {dst}: {_err()}")
             os.close(fd)

@@ -30,7 +30,7 @@ class Worker:
         self.uid = int(opts.get("uid") or (200000 + os.getpid() % 100000))
         # the built-in suite generators and tests could regenerate expected outputs: candidates never see them
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        own = [os.path.join(root, d) for d in ("problems/suites", "problems/importers", "tests", "runs")]
+        own = [os.path.join(root, d) for d in ("problems/suites", "problems/importers", "tests", "runs", ".git")]
         self.iso = isolation.setup_worker(self.box, list(opts.get("hide", [])) + own, self.uid)
         os.chdir("/")
         self.n = 0

@@ -4,6 +4,12 @@ One iteration (its groups, completions, evaluated programs, metrics and checkpoi
 transaction, so a kill -9 at any moment leaves either the whole iteration or none of it; the `metrics` row
 is the iteration's completion mark. WAL lets readers (curves, dashboards) read while the campaign writes.
 
+The checkpoint is the `state` table, the one part that is updated in place: named entries (the loop's cursor,
+one per island) that an iteration rewrites only when they changed, so a campaign over a thousand problems
+does not re-serialise a thousand islands per iteration. Every table or index an iteration appends to costs
+one more WAL page per commit (the commit was a fifth of the loop's own time), so only the indexes that a
+query here uses exist; add others to a copy for ad-hoc analysis.
+
 `synchronous=NORMAL` (default): with WAL, a committed iteration survives kill -9 of the campaign (contract 2);
 only a power loss or OS crash could drop the last few commits. ``durable=True`` selects FULL: one fsync per
 iteration, which made up most of the loop's own overhead in bench/loop_overhead.py (2-10 ms/iteration on a
@@ -26,7 +32,7 @@ import numpy as np
 from evaluators.types import Evaluation
 from proposer.base import Completion, SamplingParams
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: checkpoints became the incremental `state` table
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS "groups"(
@@ -75,16 +81,12 @@ CREATE TABLE IF NOT EXISTS programs(
     staleness INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS metrics(iteration INTEGER PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS checkpoints(iteration INTEGER PRIMARY KEY, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, iteration INTEGER NOT NULL, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS training(step INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE INDEX IF NOT EXISTS programs_problem_island ON programs(problem, island, id);
-CREATE INDEX IF NOT EXISTS programs_iteration ON programs(iteration);
-CREATE INDEX IF NOT EXISTS programs_completion ON programs(completion_id);
-CREATE INDEX IF NOT EXISTS programs_code_hash ON programs(problem, code_hash);
 CREATE INDEX IF NOT EXISTS programs_solved ON programs(problem, iteration) WHERE solved = 1;
 CREATE INDEX IF NOT EXISTS groups_problem ON "groups"(problem, id);
-CREATE INDEX IF NOT EXISTS groups_iteration ON "groups"(iteration);
 """
 
 _PROGRAM_COLS = ("id, problem, island, iteration, parent_ids, code, code_hash, vector, scalar, solved, status, "
@@ -312,6 +314,8 @@ class Archive:
             if not {"programs", "groups", "metrics", "meta"} <= tables:
                 self._conn.close()
                 raise ValueError(f"{self.path} is not a vevo archive")
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'archive_version'").fetchone()
+            self.version = str(row[0]) if row else "1"
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
@@ -325,6 +329,8 @@ class Archive:
                 if stmt.strip():
                     c.execute(stmt)
             c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
+            version = c.execute("SELECT value FROM meta WHERE key = 'archive_version'").fetchone()[0]
+        self.version = str(version)
 
     # -- plumbing
     def _open_readonly(self) -> tuple[sqlite3.Connection, set[str]]:
@@ -371,11 +377,11 @@ class Archive:
 
     # -- writing
     def record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
-                         metrics: dict[str, Any] | None = None, checkpoint: dict[str, Any] | None = None) -> list[int]:
+                         metrics: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> list[int]:
         """Write one whole iteration atomically; returns the new program ids in the order of `programs`.
 
         Iterations must increase. Programs get consecutive eval_index values after those already recorded.
-        checkpoint None: no checkpoint row for this iteration."""
+        state: the checkpoint entries that changed (name -> JSON value), each replacing its previous value."""
         with self._transaction() as c:
             last = c.execute("SELECT MAX(iteration) FROM metrics").fetchone()[0]
             if last is not None and iteration <= last:
@@ -418,8 +424,9 @@ class Archive:
             c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows)
             ids = [r[0] for r in rows]
             c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
-            if checkpoint is not None:
-                c.execute("INSERT INTO checkpoints(iteration, state) VALUES (?, ?)", (iteration, _dumps(checkpoint)))
+            if state:
+                c.executemany("INSERT OR REPLACE INTO state(key, iteration, value) VALUES (?, ?, ?)",
+                              [(str(k), iteration, _dumps(v)) for k, v in state.items()])
         return ids
 
     def record_training(self, step: int, policy_version: int, data: dict[str, Any]) -> None:
@@ -440,9 +447,16 @@ class Archive:
     def last_iteration(self) -> int | None:
         return self._query("SELECT MAX(iteration) FROM metrics")[0][0]
 
-    def last_checkpoint(self) -> tuple[int, dict[str, Any]] | None:
-        rows = self._query("SELECT iteration, state FROM checkpoints ORDER BY iteration DESC LIMIT 1")
-        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+    def checkpoint(self) -> tuple[int, dict[str, Any]] | None:
+        """(the last iteration that wrote state, every state entry's latest value), or None before the first."""
+        if self.version != SCHEMA_VERSION:
+            raise ValueError(f"{self.path}: archive format {self.version} was written by an older vevo, whose "
+                             f"checkpoints this one cannot resume (its programs stay readable: runs show, "
+                             f"export, curves)")
+        rows = self._query("SELECT key, iteration, value FROM state")
+        if not rows:
+            return None
+        return max(r[1] for r in rows), {k: json.loads(v) for k, _, v in rows}
 
     def program(self, program_id: int) -> ProgramRow | None:
         rows = self._query(f"SELECT {_PROGRAM_COLS} FROM programs WHERE id = ?", (program_id,))

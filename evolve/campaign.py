@@ -34,6 +34,10 @@ from .mutate import MutationError, apply_answer, normalized_hash
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 
 
+class ResumeError(ValueError):
+    """A run whose checkpoint cannot be continued here (one line for the CLI)."""
+
+
 class Evaluator(Protocol):
     def evaluate_many(self, items: list[tuple[Problem, str]], time_limit: float | None = None) -> list[Evaluation]: ...
 
@@ -110,43 +114,62 @@ class Campaign:
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
         self._pending: Batch | None = None
+        self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
 
     # ------------------------------------------------------------------ state
     def _restore(self) -> bool:
         self.n_programs = self.archive.count_programs()
-        ck = self.archive.last_checkpoint()
+        try:
+            ck = self.archive.checkpoint()
+        except ValueError as e:
+            raise ResumeError(str(e)) from None
         if ck is None:
             return False
         it, st = ck
-        for pid in st.get("problems", []):
+        loop = st["loop"]
+        for pid in loop["problems"]:
             if pid not in self.problems:
-                raise ValueError(f"run was started with problem {pid!r}, which is not available now")
+                raise ResumeError(f"run was started with problem {pid!r}, which is not available now")
         for row in self.archive.programs():
             if row.problem not in self.problems or row.iteration > it:
                 continue
             self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
-        self.islands = {(d["problem"], d["index"]): Island.from_dict(d) for d in st["islands"]}
-        for key, state in zip(self.keys, st["rngs"]):
-            self.rngs[key].bit_generator.state = state
-        self.next_key = st["next_key"]
-        self.solved = dict(st["solved"])
+            if row.solved:
+                self.solved.setdefault(row.problem, row.iteration)  # rows come in id order: the first is earliest
+        for key in self.keys:
+            entry = st.get(_state_key(key))
+            if entry is None:
+                raise ResumeError(f"the run's checkpoint has no state for island {key[1]} of {key[0]!r}")
+            self.islands[key].members = [int(x) for x in entry["members"]]
+            self.rngs[key].bit_generator.state = entry["rng"]
+        self.next_key = loop["next_key"]
         self.iteration = it
-        if st.get("backend") is not None and hasattr(self.backend, "load_state"):
-            self.backend.load_state(st["backend"])
-        if st.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
-            self.backend.set_policy_version(int(st["policy_version"]))
-        self._pending = Batch.from_dict(st["pending"]) if st.get("pending") else None
+        if loop.get("backend") is not None and hasattr(self.backend, "load_state"):
+            self.backend.load_state(loop["backend"])
+        if loop.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
+            self.backend.set_policy_version(int(loop["policy_version"]))
+        self._pending = Batch.from_dict(loop["pending"]) if loop.get("pending") else None
         hook = getattr(self.on_iteration, "on_restore", None)
         if hook is not None:
             hook(self)
         return True
 
     def _checkpoint(self, pending: Batch | None) -> dict:
-        return {"problems": self.order, "islands": [self.islands[k].to_dict() for k in self.keys],
-                "rngs": [self.rngs[k].bit_generator.state for k in self.keys], "next_key": self.next_key,
-                "solved": self.solved, "backend": self.backend.state() if hasattr(self.backend, "state") else None,
-                "policy_version": getattr(self.backend, "policy_version", 0),
-                "pending": pending.to_dict() if pending is not None else None}
+        """The state entries to write with this iteration: the loop's cursor, and each island whose members or
+        RNG moved since the last commit (usually one), so the cost does not grow with the number of problems."""
+        st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members, "rng": self.rngs[k].bit_generator.state}
+                              for k in self._dirty}
+        st["loop"] = {"problems": self.order, "next_key": self.next_key,
+                      "backend": self.backend.state() if hasattr(self.backend, "state") else None,
+                      "policy_version": getattr(self.backend, "policy_version", 0),
+                      "pending": pending.to_dict() if pending is not None else None}
+        return st
+
+    def _record(self, iteration: int, groups: list[GroupRecord], programs: list[ProgramRecord], metrics: dict,
+                pending: Batch | None) -> list[int]:
+        ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending))
+        self._dirty.clear()
+        return ids
 
     def _remember(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str | None) -> None:
         if ev.status == "format_error":
@@ -177,7 +200,7 @@ class Campaign:
             if ev.solved:
                 self.solved.setdefault(pid, 0)
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(self.solved)}
-        ids = self.archive.record_iteration(0, [], progs, metrics, self._checkpoint(None))
+        ids = self._record(0, [], progs, metrics, None)
         assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
         self.n_programs += len(ids)
         self.iteration = 0
@@ -198,6 +221,7 @@ class Campaign:
             return None
         problem = self.problems[key[0]]
         island, rng = self.islands[key], self.rngs[key]
+        self._dirty.add(key)
         members = island.members
         vecs = _stack([self.cache[p].vector for p in members])
         scalars = np.array([self.cache[p].scalar for p in members])
@@ -327,6 +351,7 @@ class Campaign:
             if p.evaluation.solved:
                 self.solved.setdefault(b.problem, b.iteration)
         self.islands[key].add_many(added, self.cache, self.cfg.island_capacity)
+        self._dirty.add(key)
         migrated = self._maybe_migrate(b.iteration)
         best = max((self.cache[p].scalar for p in self.islands[key].members), default=0.0)
         metrics = {"problem": b.problem, "island": b.island, "parent": b.parent_id, "staleness": b.staleness,
@@ -334,7 +359,7 @@ class Campaign:
                    "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
                    "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
                    "migrated": migrated, "policy_version": version}
-        ids = self.archive.record_iteration(b.iteration, [group], out.programs, metrics, self._checkpoint(pending))
+        ids = self._record(b.iteration, [group], out.programs, metrics, pending)
         if ids != list(range(first, first + len(out.programs))):
             raise RuntimeError("archive ids are not sequential: is another process writing this run?")
         self.n_programs += len(ids)
@@ -350,6 +375,7 @@ class Campaign:
             for src, dst, prog in selection.ring_migration([i.ranked(self.cache) for i in isl],
                                                            self.cfg.migration_count):
                 isl[dst].add(prog, self.cache, self.cfg.island_capacity)
+                self._dirty.add((pid, dst))
                 n += 1
         return n
 
@@ -416,6 +442,10 @@ def summarize(archive: Archive) -> dict:
     return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
             "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
             "status_counts": archive.status_counts()}
+
+
+def _state_key(key: tuple[str, int]) -> str:
+    return f"island/{key[1]}/{key[0]}"
 
 
 def _stack(vectors: list[np.ndarray]) -> np.ndarray:

@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
         if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError"):
+                                  "TrainingError", "ResumeError"):
             print(f"vevo: error: {e}", file=sys.stderr)
             return 2
         raise

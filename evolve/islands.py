@@ -44,13 +44,6 @@ class Island:
         """Best first: scalar, then fewer characters, then older."""
         return sorted(self.members, key=lambda p: (-cache[p].scalar, cache[p].code_len, p))
 
-    def to_dict(self) -> dict:
-        return {"problem": self.problem, "index": self.index, "members": list(self.members)}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Island":
-        return cls(problem=d["problem"], index=int(d["index"]), members=[int(x) for x in d["members"]])
-
 
 def evict(members: list[int], cache: dict[int, Member], k: int = 1) -> list[int]:
     """Which k members leave a full island. Elites — the best program on some test (earliest on ties) —

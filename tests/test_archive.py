@@ -50,13 +50,17 @@ def test_pragmas_and_schema(tmp_path):
         assert c.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: survives kill -9 with WAL
         assert c.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         tables = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"programs", "groups", "completions", "metrics", "checkpoints", "training", "meta"} <= tables
-        assert a.get_meta("archive_version") == "1"
+        assert {"programs", "groups", "completions", "metrics", "state", "training", "meta"} <= tables
+        assert a.get_meta("archive_version") == a.version == "2"
         plan = " ".join(str(r) for r in c.execute(
             "EXPLAIN QUERY PLAN SELECT * FROM programs WHERE problem = 'x' AND island = 1 ORDER BY id"))
         assert "programs_problem_island" in plan
-        plan = " ".join(str(r) for r in c.execute("EXPLAIN QUERY PLAN SELECT * FROM programs WHERE iteration = 3"))
-        assert "programs_iteration" in plan
+        plan = " ".join(str(r) for r in c.execute("EXPLAIN QUERY PLAN SELECT * FROM programs WHERE problem = 'x' "
+                                                  "AND solved = 1 ORDER BY iteration LIMIT 1"))
+        assert "programs_solved" in plan
+        # every index is one more WAL page per commit: only those a query here uses
+        indexes = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='index' AND sql IS NOT NULL")}
+        assert indexes == {"programs_problem_island", "programs_solved", "groups_problem"}
 
 
 def test_record_iteration_round_trip(tmp_path):
@@ -95,7 +99,7 @@ def test_record_iteration_round_trip(tmp_path):
         assert c.sampling == {"temperature": 1.0} and c.policy_version == 3
         assert np.array_equal(c.score_matrix(), [[1, 1, 1], [0, 0, 0]])
 
-        assert a.last_checkpoint() == (1, {"islands": [[1], [2]]})
+        assert a.checkpoint() == (1, {"rng": [1, 2], "islands": [[1], [2]]})  # entries merge, latest wins
         assert a.last_iteration() == 1
         assert a.metrics_rows() == [(0, {"note": "seeds"}), (1, {"solved": 1})]
         assert a.status_counts() == {"ok": 1, "timeout": 1, "wrong": 2}
@@ -131,10 +135,13 @@ def test_failed_iteration_writes_nothing(tmp_path):
             a.record_iteration(0, [], [seed_program(code="again")], {}, None)
         assert (a.count_programs(), len(a.recent_groups(100)), len(a.metrics_rows())) == before
         assert a._conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 0
-        assert a.last_checkpoint() == (0, {"k": 0})
+        assert a.checkpoint() == (0, {"k": 0})
         # the archive is still usable and eval_index has no gap
         a.record_iteration(1, [group()], [seed_program(code="ok")], {}, None)
-        assert a.n_evaluations() == 2 and a.last_checkpoint() == (0, {"k": 0}) and a.last_iteration() == 1
+        assert a.n_evaluations() == 2 and a.checkpoint() == (0, {"k": 0}) and a.last_iteration() == 1
+        a.record_iteration(2, [], [], {}, {"k": 2, "other": [1]})
+        a.record_iteration(3, [], [], {}, {"other": [3]})
+        assert a.checkpoint() == (3, {"k": 2, "other": [3]})
 
 
 def test_reopen_continues(tmp_path):
@@ -146,7 +153,7 @@ def test_reopen_continues(tmp_path):
         assert a.get_meta("seed") == "3" and a.get_meta("missing", "d") == "d"
         ids = a.record_iteration(1, [group()], [seed_program(code="new")], {}, {"i": 1})
         assert ids == [3]
-        assert a.n_evaluations() == 3 and a.last_checkpoint() == (1, {"i": 1})
+        assert a.n_evaluations() == 3 and a.checkpoint() == (1, {"i": 1})
         a.set_meta("seed", "4")
         assert a.get_meta("seed") == "4"
 
@@ -279,7 +286,7 @@ def check_consistent(path) -> int:
     assert c.execute("PRAGMA foreign_key_check").fetchall() == []
     its = [r[0] for r in c.execute("SELECT iteration FROM metrics ORDER BY iteration")]
     assert its == list(range(1, len(its) + 1))
-    assert [r[0] for r in c.execute("SELECT iteration FROM checkpoints ORDER BY iteration")] == its
+    assert c.execute("SELECT iteration FROM state WHERE key = 'it'").fetchone()[0] == its[-1]
     g, n, p = PER_ITERATION
     for table, per in (('"groups"', g), ("programs", p)):
         counts = dict(c.execute(f"SELECT iteration, COUNT(*) FROM {table} GROUP BY iteration"))
@@ -287,8 +294,8 @@ def check_consistent(path) -> int:
     assert c.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == n * len(its)
     ev = [r[0] for r in c.execute("SELECT eval_index FROM programs ORDER BY id")]
     assert ev == list(range(1, len(ev) + 1))
-    for it, state in c.execute("SELECT iteration, state FROM checkpoints"):
-        assert json.loads(state)["total"] == p * it
+    it, value = c.execute("SELECT iteration, value FROM state WHERE key = 'total'").fetchone()
+    assert it == its[-1] and json.loads(value) == p * it
     c.close()
     return len(its)
 
@@ -304,7 +311,7 @@ def test_sigkill_inside_transaction_leaves_only_whole_iterations(tmp_path):
     assert out.split() == ["1", "2", "3"]
     assert check_consistent(path) == 3
     with Archive(path) as a:  # and the run continues from there
-        assert a.last_checkpoint()[0] == 3 and a.n_evaluations() == 3 * PER_ITERATION[2]
+        assert a.checkpoint()[0] == 3 and a.n_evaluations() == 3 * PER_ITERATION[2]
 
 
 def test_sigkill_at_random_moments(tmp_path):
@@ -327,3 +334,15 @@ def test_sigkill_at_random_moments(tmp_path):
         done = n
     with Archive(path, readonly=True) as a:
         assert a.last_iteration() == done
+
+
+def test_older_archive_format_is_readable_but_not_resumable(tmp_path):
+    path = tmp_path / "a.db"
+    with Archive(path) as a:
+        a.record_iteration(0, [], [seed_program()], {}, {"k": 0})
+        a.set_meta("archive_version", "1")
+    with Archive(path, readonly=True) as r:
+        assert r.count_programs() == 1 and r.version == "1"
+    with Archive(path) as a:
+        with pytest.raises(ValueError, match="archive format 1 was written by an older vevo"):
+            a.checkpoint()

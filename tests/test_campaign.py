@@ -57,6 +57,11 @@ def test_campaign_end_to_end_builtin(tmp_path):
         solved_at = a.solved_problems()
         for pid, it in solved_at.items():
             assert all(g.iteration <= it + 1 for g in groups if g.problem == pid)
+    # an archive from an older format: readable, but resume is one clear line, not a traceback
+    with Archive(run / "archive.db") as a:
+        a.set_meta("archive_version", "1")
+    r = vevo("resume", str(run), "--quiet", check=False)
+    assert r.returncode == 2 and "older vevo" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_same_seed_same_export_with_two_workers(tmp_path):

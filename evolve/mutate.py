@@ -223,15 +223,39 @@ def _strip_docstrings(tree: ast.AST) -> None:
                 stack.extend(stmts)
 
 
+def _dump(node: ast.AST, out: list[str]) -> None:
+    """Prefix notation of an AST without positions: class name, each field, ")" closing the node, lists
+    bracketed, leaves as repr (which never contains the NUL separator), so distinct trees give distinct
+    strings. Twice as fast as ast.dump, which was a fifth of the loop's own time (bench/loop_overhead.py)."""
+    out.append(node.__class__.__name__)
+    for name in node._fields:
+        x = getattr(node, name, None)
+        if isinstance(x, ast.AST):
+            _dump(x, out)
+        elif isinstance(x, list):
+            out.append("[")
+            for y in x:
+                if isinstance(y, ast.AST):
+                    _dump(y, out)
+                else:
+                    out.append(repr(y))
+            out.append("]")
+        else:
+            out.append(repr(x))
+    out.append(")")
+
+
 def normalized_hash(code: str) -> str:
-    """sha256 of the AST dump without positions or docstrings, so programs that differ only in formatting,
+    """sha256 of the AST without positions or docstrings, so programs that differ only in formatting,
     comments or docstrings share a key. Unparseable code hashes its whitespace-collapsed text instead (the two
-    domains are prefixed so they never collide). Stable within one Python version (ast.dump can change)."""
+    domains are prefixed so they never collide). Stable within one Python version (the ast module can change)."""
     try:
         tree = ast.parse(code)
         if "'" in code or '"' in code:  # no quote character, no docstring to strip
             _strip_docstrings(tree)
-        key = "ast:" + ast.dump(tree, annotate_fields=True, include_attributes=False)
+        out = ["ast:"]
+        _dump(tree, out)
+        key = "\x00".join(out)
     except Exception:  # SyntaxError, ValueError (NUL bytes), RecursionError, MemoryError
         key = "txt:" + " ".join(code.split())
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

@@ -196,6 +196,24 @@ def test_normalized_hash_sees_real_changes():
         assert normalized_hash(other) != normalized_hash(base)
 
 
+def test_normalized_hash_agrees_with_ast_dump():
+    """The fast serialisation separates exactly the programs ast.dump separates."""
+    import ast
+    import itertools
+
+    from problems.suites import SUITES
+
+    progs = [p.reference_code or p.seed_code for p in SUITES["pbe"]()][:60]
+    progs += ["x = True", "x = 1", "x = 1.0", "x = -0.0", "x = 0.0", "x = 'a)'", "x = ('a', ')')", "x = []",
+              "x = [[]]", "x = [[], []]", "x = [[[]]]", "def f():\n    return\n", "def f():\n    return None\n",
+              "x = b'\\x00'", "x = '\\x00'", "f(a, *b)", "f(a, b)", "f(*a, b)", "x = ...", "x = 'Ellipsis'",
+              "x = u'a'", "x = 'a'", "a.b = 1", "a = b = 1", "a, b = 1", "lambda: (yield)"]
+    dumps = [ast.dump(ast.parse(p)) for p in progs]
+    hashes = [normalized_hash(p) for p in progs]
+    for i, j in itertools.combinations(range(len(progs)), 2):
+        assert (dumps[i] == dumps[j]) == (hashes[i] == hashes[j]), (progs[i], progs[j])
+
+
 def test_normalized_hash_docstring_only_body_equals_pass():
     assert normalized_hash("def f():\n    'doc'\n") == normalized_hash("def f():\n    pass\n")
 

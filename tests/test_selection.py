@@ -46,6 +46,18 @@ def test_automatic_epsilon_is_median_absolute_deviation():
     assert {epsilon_lexicase(v, rng(s), epsilon=0.0) for s in range(100)} == {0, 1}
 
 
+def test_median_absolute_deviation_equals_the_numpy_formula():
+    g = np.random.default_rng(3)
+    for n in (1, 2, 3, 4, 7, 40, 41):
+        v = g.random((n, 6))
+        v[::2, :3] = np.round(v[::2, :3])  # ties, as pass/fail tests give
+        v[0, 5] = np.nan  # a NaN counts as 0
+        clean = np.nan_to_num(v, nan=0.0)
+        expected = np.median(np.abs(clean - np.median(clean, axis=0)), axis=0)
+        assert np.array_equal(median_absolute_deviation(v), expected), n
+    assert median_absolute_deviation(np.zeros((0, 3))).shape == (3,)
+
+
 def test_lexicase_edge_cases():
     assert epsilon_lexicase(np.zeros((1, 5)), rng()) == 0
     picks = {epsilon_lexicase(np.zeros((4, 0)), rng(s)) for s in range(100)}

@@ -112,6 +112,14 @@ def _dumps(obj: Any) -> str:
     return _ENCODER.encode(obj)
 
 
+def _dumps_numbers(values: list[float] | list[int]) -> str:
+    """_dumps of a flat list of floats or ints (not bools), without the encoder's per-call setup (vectors and parent ids are
+    most of an iteration's encodes). json writes floats with float.__repr__ too; NaN and infinities, whose repr
+    differs, contain an "n" and go through the encoder."""
+    text = "[" + ",".join(map(repr, values)) + "]"
+    return _dumps(values) if "n" in text else text
+
+
 def _dumps_opt(obj: Any) -> str | None:
     return None if obj is None else _dumps(obj)
 
@@ -398,7 +406,7 @@ class Archive:
                         f"INSERT INTO completions({_COMPLETION_COLS.split(', ', 1)[1]}) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (gid, comp.idx, comp.text, _dumps(list(comp.answers)),
-                         _dumps([_floats(v) for v in comp.answer_vectors]), _dumps_opt(comp.token_ids),
+                         "[" + ",".join(_dumps_numbers(_floats(v)) for v in comp.answer_vectors) + "]", _dumps_opt(comp.token_ids),
                          _dumps_opt(comp.logprobs), _dumps_opt(comp.prompt_token_ids), comp.policy_version,
                          _dumps(comp.sampling), comp.finish_reason)).lastrowid
                     completion_of[(gi, comp.idx)] = (cid, comp.policy_version)
@@ -417,8 +425,8 @@ class Archive:
                 ev = p.evaluation
                 eval_index += 1
                 rows.append((first_id + len(rows), p.problem, p.island, iteration,
-                             _dumps([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
-                             _dumps(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
+                             _dumps_numbers([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
+                             _dumps_numbers(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
                              _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness))
             # one statement for all programs; ids are explicit (single writer inside BEGIN IMMEDIATE)
             c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows)

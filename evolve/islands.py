@@ -53,10 +53,9 @@ def evict(members: list[int], cache: dict[int, Member], k: int = 1) -> list[int]
     d = max((v.size for v in vecs), default=0)
     elites: set[int] = set()
     if d and all(v.size == d for v in vecs):
-        m = np.stack(vecs)
-        best = m.max(axis=0)
-        for j in range(d):
-            elites.add(members[int(np.flatnonzero(m[:, j] >= best[j] - 1e-12)[0])])
+        m = np.nan_to_num(np.stack(vecs), nan=0.0)  # a NaN score counts as 0, as in selection
+        first_best = np.argmax(m >= m.max(axis=0) - 1e-12, axis=0)  # per test, the first row at its best
+        elites = {members[i] for i in first_best.tolist()}
     pool = [p for p in members if p not in elites]
     order = sorted(pool, key=lambda p: (cache[p].scalar, -cache[p].code_len, p))
     if len(order) < k:  # only elites left to remove: the weakest of them

@@ -158,11 +158,14 @@ def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> 
         expose_for_uid(paths, iso, depth + 1)
 
 
-def scrub_env() -> None:
+def scrub_env(workdir: str) -> None:
     """Once per worker, after its imports: candidates inherit only a minimal environment (no secrets, no
-    PYTHONPATH of the orchestrator). Done here rather than per fork, where it cost ~0.3 ms a candidate."""
+    PYTHONPATH of the orchestrator), with HOME and TMPDIR at their working directory, whose path is the same
+    for every candidate of a worker. Done here rather than per fork, where it cost ~0.3 ms a candidate (each
+    os.environ write in the forked child touched ~20 copy-on-write pages)."""
     os.environ.clear()
-    os.environ.update({"PATH": SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"})
+    os.environ.update({"PATH": SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "HOME": workdir,
+                       "TMPDIR": workdir})
 
 
 class Limits:
@@ -172,7 +175,8 @@ class Limits:
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
-    """In the forked candidate process: new session, rlimits, private cwd, scrubbed env, drop to uid."""
+    """In the forked candidate process: new session, rlimits, private cwd, drop to uid (the environment was
+    scrubbed once, in the worker)."""
     os.setsid()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     cpu = int(limits.time_limit) + 2
@@ -185,7 +189,6 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
         except (ValueError, OSError):
             pass
     os.chdir(workdir)
-    os.environ["HOME"] = os.environ["TMPDIR"] = workdir  # the rest was scrubbed once, in scrub_env()
     if iso.uid is not None:
         os.setgroups([])
         os.setgid(iso.uid)

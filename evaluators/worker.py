@@ -39,13 +39,16 @@ class Worker:
                 __import__(name)
             except Exception:
                 pass
-        isolation.scrub_env()
+        self.workdir = os.path.join(self.box, "cand")  # one path, emptied after every candidate
+        isolation.scrub_env(self.workdir)
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 
     def run(self, job: dict) -> dict:
         self.n += 1
-        workdir = os.path.join(self.box, f"c{self.n}")
+        workdir = self.workdir
+        if os.path.lexists(workdir):  # the last candidate left something remove_tree could not delete
+            os.rename(workdir, f"{workdir}-{self.n}")
         os.mkdir(workdir, 0o700)
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)

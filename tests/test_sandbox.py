@@ -164,10 +164,42 @@ def test_pool_replaces_a_dead_worker():
     with SandboxPool(workers=1) as pool:
         pid_before = pool._all[0].proc.pid
         pool._all[0].proc.kill()
-        ev = pool.evaluate(ADD, GOOD)
-        assert ev.status == "killed" and not ev.solved
+        pool._all[0].proc.wait()
+        ev = pool.evaluate(ADD, GOOD)  # never reached the dead worker: the replacement evaluates it
+        assert ev.solved
         assert pool.replaced == 1 and pool._all[0].proc.pid != pid_before
         assert pool.evaluate(ADD, GOOD).solved
+
+
+SLOW_GOOD = "import time\ntime.sleep(0.3)\n" + GOOD
+
+
+def test_worker_death_mid_batch_kills_only_the_running_candidate():
+    """Jobs queued behind the running one never started: they go to the replacement, in order."""
+    with SandboxPool(workers=1) as pool:
+        victim = pool._all[0].proc
+        threading.Timer(0.15, victim.kill).start()
+        evs = pool.evaluate_many([(ADD, SLOW_GOOD)] * 4)
+        assert [e.status for e in evs] == ["killed", "ok", "ok", "ok"]
+        assert pool.replaced == 1 and victim.poll() is not None
+
+
+def test_wedged_worker_is_replaced(monkeypatch):
+    import signal
+
+    import evaluators.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "GRACE", 0.5)
+    with SandboxPool(workers=2) as pool:
+        wedged = pool._all[0].proc
+        os.kill(wedged.pid, signal.SIGSTOP)
+        t = time.monotonic()
+        evs = pool.evaluate_many([(ADD, GOOD)] * 6)
+        assert time.monotonic() - t < ADD.time_limit + 0.5 + 3
+        statuses = [e.status for e in evs]
+        assert statuses.count("killed") == 1 and statuses.count("ok") == 5, statuses
+        assert pool.replaced == 1 and wedged.poll() is not None
+        assert all(e.solved for e in pool.evaluate_many([(ADD, GOOD)] * 4))
 
 
 def test_stdio_problem_and_stdout_per_case():

@@ -21,6 +21,7 @@ _opaque = values.opaque
 _BaseException = BaseException
 _MemoryError = MemoryError
 _isinstance = isinstance
+COMPILE_IN_WORKER_MAX = 64 << 10  # characters
 
 
 def _emitter(fd: int, write=_write, dumps=_dumps, memoryview=memoryview):
@@ -56,7 +57,7 @@ def main(job: dict, fd: int) -> None:
     if mode == "openevolve":
         return run_openevolve(job, emit)
     try:
-        code = compile(job["code"], "candidate.py", "exec")
+        code = job.get("compiled") or compile(job["code"], "candidate.py", "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as e:
         emit({"t": "syntax_error", "msg": _exc(e)})
         return
@@ -139,6 +140,19 @@ def _compile(src: str, name: str, mode: str):
         if len(_CODE_CACHE) < 50_000:
             _CODE_CACHE[key] = code
     return code
+
+
+def compile_candidate(job: dict) -> None:
+    """Compile the candidate's source in the worker, before forking: compiling runs none of it, and a code
+    object the candidate process inherits costs it no parser allocations (copy-on-write page faults). A source
+    that does not compile is left to the candidate process, which reports the error as usual, and so is a huge
+    one (the worker's memory would keep the compiler's high-water mark, and every later fork would copy it)."""
+    if len(job.get("code", "")) > COMPILE_IN_WORKER_MAX:
+        return
+    try:
+        job["compiled"] = compile(job["code"], "candidate.py", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        pass
 
 
 def precompile(job: dict) -> None:

@@ -57,6 +57,7 @@ class Worker:
             job = self._stage_evaluator(job, workdir)
         else:
             harness.precompile(job)  # trusted test code, compiled once here and inherited by every fork
+            harness.compile_candidate(job)
         limits = isolation.Limits(time_limit=float(job["time_limit"]), memory_mb=int(job["memory_mb"]))
         r_res, w_res = os.pipe()
         r_out, w_out = os.pipe()

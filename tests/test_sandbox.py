@@ -202,6 +202,18 @@ def test_wedged_worker_is_replaced(monkeypatch):
         assert all(e.solved for e in pool.evaluate_many([(ADD, GOOD)] * 4))
 
 
+def test_candidates_compiled_in_the_worker_or_in_their_own_process_score_alike():
+    """Sources up to COMPILE_IN_WORKER_MAX are compiled before the fork; larger ones in the candidate process."""
+    from evaluators.harness import COMPILE_IN_WORKER_MAX
+
+    pad = "#" * (COMPILE_IN_WORKER_MAX + 10) + "\n"
+    bad = "def add(a, b)\n    return a + b\n"
+    with SandboxPool(workers=1) as pool:
+        evs = pool.evaluate_many([(ADD, GOOD), (ADD, pad + GOOD), (ADD, bad), (ADD, pad + bad)])
+    assert [e.status for e in evs] == ["ok", "ok", "syntax_error", "syntax_error"]
+    assert evs[2].artifacts.get("error", "")[:40] == evs[3].artifacts.get("error", "")[:40] != ""
+
+
 def test_stdio_problem_and_stdout_per_case():
     prob = Problem(id="t/sum", seed_code="", time_limit=3,
                    tests=[StdioCase("1 2\n", "3\n"), StdioCase("5 6\n", "11\n"), StdioCase("0 0\n", "0\n")])

@@ -39,6 +39,7 @@ class Worker:
                 __import__(name)
             except Exception:
                 pass
+        self.devnull = os.open(os.devnull, os.O_RDONLY)  # every candidate's stdin
         self.workdir = os.path.join(self.box, "cand")  # one path, emptied after every candidate
         isolation.scrub_env(self.workdir)
         gc.collect()
@@ -66,8 +67,7 @@ class Worker:
         pid = os.fork()
         if pid == 0:  # ---- candidate process
             try:
-                devnull = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(devnull, 0)
+                os.dup2(self.devnull, 0)
                 os.dup2(w_out, 1)
                 os.dup2(w_err, 2)
                 os.dup2(w_res, 3)

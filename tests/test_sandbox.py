@@ -214,6 +214,16 @@ def test_candidates_compiled_in_the_worker_or_in_their_own_process_score_alike()
     assert evs[2].artifacts.get("error", "")[:40] == evs[3].artifacts.get("error", "")[:40] != ""
 
 
+def test_records_encode_as_json_dumps():
+    import json
+
+    from evaluators.harness import _encode_record
+
+    for rec in ({"t": "start"}, {"t": "case", "i": 3, "vs": [[1, 2.5, "é\u2028\x00"], {"a": None, "b": [True]}]},
+                {"t": "points", "vs": [float("nan"), float("inf"), -0.0, 1e300, 10**40]}):
+        assert _encode_record(rec) == json.dumps(rec, separators=(",", ":"))
+
+
 def test_stdio_problem_and_stdout_per_case():
     prob = Problem(id="t/sum", seed_code="", time_limit=3,
                    tests=[StdioCase("1 2\n", "3\n"), StdioCase("5 6\n", "11\n"), StdioCase("0 0\n", "0\n")])

@@ -19,6 +19,7 @@ Rules for ``apply_answer`` (all failures are a one-line ``MutationError``):
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import textwrap
 
@@ -179,17 +180,27 @@ def _apply_diff(lines: list[str], pair: tuple[int, int] | None, blocks: tuple[tu
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=64)
+def _parent(code: str) -> tuple[tuple[str, ...], tuple[int, int] | None, str]:
+    """A parent's lines and marker pair (or the error), once per parent: an iteration applies m x G answers to
+    the same parent."""
+    lines = _lines(code)
+    try:
+        return tuple(lines), _markers(lines), ""
+    except MutationError as exc:
+        return tuple(lines), None, str(exc)
+
+
 def apply_answer(parent_code: str, answer: Answer) -> str:
     """The child program made by applying ``answer`` to ``parent_code``; MutationError when it cannot be."""
     if answer.kind == "empty":
         raise MutationError(f"answer {answer.index} is empty")
     if answer.kind == "invalid":
         raise MutationError(f"answer {answer.index} is invalid: {answer.error}")
-    lines = _lines(parent_code)
-    try:
-        pair = _markers(lines)
-    except MutationError as exc:
-        raise MutationError(f"parent has {exc}") from None
+    parent_lines, pair, error = _parent(parent_code)
+    if error:
+        raise MutationError(f"parent has {error}")
+    lines = list(parent_lines)
     if answer.kind == "code":
         if not answer.body.strip():
             raise MutationError(f"answer {answer.index} has no code")

@@ -87,8 +87,10 @@ def _is_replace(line: str) -> bool:
     return s.startswith(">>>>>>>") and s.lstrip(">").strip() == "REPLACE"
 
 
-def _has_diff_markers(lines: list[str]) -> bool:
-    return any(_is_search(ln) or _is_replace(ln) for ln in lines)
+def _has_diff_markers(text: str) -> bool:
+    if "<<<<<<<" not in text and ">>>>>>>" not in text:  # nearly always: no line-by-line scan
+        return False
+    return any(_is_search(ln) or _is_replace(ln) for ln in text.split("\n"))
 
 
 # ------------------------------------------------------------------------------------------------- pieces
@@ -173,7 +175,7 @@ def _classify(index: int, inner: str, truncated: bool) -> Answer:
     if not inner.strip():
         return Answer(index, "empty", "")
     lines = inner.split("\n")
-    if _has_diff_markers(lines):
+    if _has_diff_markers(inner):
         blocks, error = _diff_blocks(lines)
         if error:
             return _invalid(index, inner.strip(), error)
@@ -241,8 +243,9 @@ def _untagged(text: str, m: int) -> dict[int, Answer]:
     found: dict[int, Answer] = {}
     for s, seg in enumerate(segments):
         last_segment = s == len(segments) - 1
-        if _has_diff_markers(seg):
-            found[len(found) + 1] = _classify(len(found) + 1, "\n".join(seg), last_segment)
+        text = "\n".join(seg)
+        if _has_diff_markers(text):
+            found[len(found) + 1] = _classify(len(found) + 1, text, last_segment)
             continue
         for code, closed in _fenced_blocks(seg):
             index = len(found) + 1
@@ -295,7 +298,7 @@ def format_answers(bodies: list[str], kind: Literal["code", "diff"] = "code") ->
         if _ANY_TAG.search(body):
             raise ValueError(f"format_answers: body {i} contains an <answer_k> tag")
         if kind == "code":
-            if _has_diff_markers(body.split("\n")):
+            if _has_diff_markers(body):
                 raise ValueError(f"format_answers: code body {i} contains a SEARCH/REPLACE marker line")
             inner = fence_code(body)
         else:

@@ -184,6 +184,24 @@ def test_worker_death_mid_batch_kills_only_the_running_candidate():
         assert pool.replaced == 1 and victim.poll() is not None
 
 
+def test_concurrent_callers_share_the_pool():
+    wrong = "def add(a, b):\n    return a - b\n"
+    results = {}
+
+    def call(name, code):
+        results[name] = pool.evaluate_many([(ADD, code)] * 6)
+
+    with SandboxPool(workers=2) as pool:
+        threads = [threading.Thread(target=call, args=(n, c)) for n, c in (("good", GOOD), ("wrong", wrong))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [e.status for e in results["good"]] == ["ok"] * 6
+        assert [e.status for e in results["wrong"]] == ["wrong"] * 6
+        assert pool.replaced == 0 and pool._idle.qsize() == 2
+
+
 def test_wedged_worker_is_replaced(monkeypatch):
     import signal
 

@@ -2,6 +2,10 @@
 approach), on the same MBPP problems (reference solutions + their asserts), same parallelism, one run.
 
     .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3]
+
+It also prints where the sandbox's CPU goes per candidate (this process, the workers, the candidate processes
+they fork) and the workers' and candidates' minor page faults: on a VM the fork's page-table copy and the
+copy-on-write faults after it are most of the cost, which is what to watch when changing the worker.
 """
 from __future__ import annotations
 
@@ -55,6 +59,13 @@ def fresh_subprocess(problem: Problem, code: str) -> bool:
             return False
 
 
+def _proc_usage(pid: int) -> tuple[float, float, int, int]:
+    """(own CPU s, reaped children's CPU s, own minor faults, children's minor faults) of a process."""
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    tck = os.sysconf("SC_CLK_TCK")
+    return (int(f[11]) + int(f[12])) / tck, (int(f[13]) + int(f[14])) / tck, int(f[7]), int(f[8])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200)
@@ -63,6 +74,7 @@ def main() -> None:
     a = ap.parse_args()
     items = load(a.n)
     sb, fr = [], []
+    usage = [0.0, 0.0, 0.0, 0, 0]  # orchestrator CPU, workers CPU, candidates CPU, worker faults, candidate faults
     with SandboxPool(workers=a.workers) as pool:
         pool.evaluate_many(items[:10])  # warm-up
         # Test compute is the same in both approaches; a few MBPP tasks spend seconds in their own tests
@@ -72,9 +84,16 @@ def main() -> None:
         heavy = [p.id for (p, _), w in zip(items, walls) if w > 0.05]
         items = [it for it, w in zip(items, walls) if w <= 0.05]
         for _ in range(a.repeats):
+            pids = [h.proc.pid for h in pool._all]
+            before, cpu = [_proc_usage(p) for p in pids], time.process_time()
             t = time.perf_counter()
             evs = pool.evaluate_many(items)
             sb.append(len(items) / (time.perf_counter() - t))
+            usage[0] += time.process_time() - cpu
+            if [h.proc.pid for h in pool._all] == pids:  # no worker was replaced meanwhile
+                for u0, u1 in zip(before, [_proc_usage(p) for p in pids]):
+                    for k in range(4):
+                        usage[1 + k] += u1[k] - u0[k]
             ok_sb = sum(e.solved for e in evs)
             t = time.perf_counter()
             with ThreadPoolExecutor(a.workers) as ex:
@@ -88,6 +107,10 @@ def main() -> None:
     print(f"sandbox (warm fork):      {s:8.1f} candidates/s  (solved {ok_sb}/{len(items)})")
     print(f"fresh python subprocess:  {f:8.1f} candidates/s  (solved {sum(oks)}/{len(items)})")
     print(f"ratio (medians of {a.repeats} repeats): {s / f:.1f}x  (target >= 10x)")
+    n = a.repeats * len(items)
+    print(f"sandbox CPU per candidate: orchestrator {usage[0] / n * 1e3:.2f} ms, workers {usage[1] / n * 1e3:.2f} ms, "
+          f"candidate processes {usage[2] / n * 1e3:.2f} ms; minor page faults per candidate: workers "
+          f"{usage[3] / n:.0f}, candidate processes {usage[4] / n:.0f} (a fork's cost is mostly these)")
 
 
 if __name__ == "__main__":

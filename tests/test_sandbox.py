@@ -58,6 +58,10 @@ HOSTILE = {
     "regenerate_expected": ("from problems.suites import SUITES\n" + GOOD, {"crash"}),
     "syntax_error": ("def add(a, b)\n    return a + b\n", {"syntax_error"}),
     "giant_expression": ("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n" + GOOD, {"syntax_error"}),
+    # compile bombs under COMPILE_IN_WORKER_MAX: the worker compiles them before forking and must survive
+    "compile_bomb_chain": ("x = " + "1+" * 30000 + "1\n" + GOOD, {"syntax_error"}),
+    "compile_bomb_lambda": ("x = " + "lambda: " * 5000 + "1\n" + GOOD, {"syntax_error"}),
+    "compile_bomb_attr": ("x = a" + ".b" * 30000 + "\n" + GOOD, {"syntax_error"}),
 }
 
 
@@ -77,6 +81,7 @@ def test_hostile_suite_statuses_and_no_false_pass():
             assert not ev.solved, name
         assert not problems, "\n".join(problems)
         assert _left_over(pool) == []
+        assert pool.replaced == 0  # no candidate takes its worker down
         good = pool.evaluate(ADD, GOOD)
         assert good.status == "ok" and good.solved and good.vector == [1.0, 1.0, 1.0]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+import queue
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -387,12 +388,12 @@ class Campaign:
         total = self.cfg.iterations
         depth = self.cfg.pipeline_depth
         bar = _Progress(self.progress, total, self.iteration)
-        ex = ThreadPoolExecutor(1, thread_name_prefix="vevo-eval") if depth else None
-        fut: Future | None = None
+        ex = _EvalThread(self.evaluate) if depth else None
+        fut: _EvalThread | None = None  # the thread while it holds a batch
         try:
             if self._pending is not None:  # generated before the crash, never evaluated
                 if ex is not None:
-                    fut = ex.submit(self.evaluate, self._pending)
+                    fut = ex.submit(self._pending)
                 else:
                     self.commit(self.evaluate(self._pending), None)
                     self._pending = None
@@ -409,16 +410,14 @@ class Campaign:
                     break
                 if ex is not None:
                     self._pending = nxt
-                    fut = ex.submit(self.evaluate, nxt)
+                    fut = ex.submit(nxt)
                 else:
                     self.commit(self.evaluate(nxt), None)
                     self._after_commit(bar)
                 t += 1
         finally:
-            if fut is not None:
-                fut.cancel()
             if ex is not None:
-                ex.shutdown(wait=True)
+                ex.close()
             bar.close()
         self._pending = None
         return self.summary()
@@ -434,6 +433,42 @@ class Campaign:
 
     def close(self) -> None:
         self.archive.close()
+
+
+class _EvalThread:
+    """One thread evaluating one batch at a time, handed over through two C-level queues. A thread pool did
+    the same with more Python on both sides of the hand-over, where the two threads contend for the GIL
+    (bench/loop_overhead.py: ~7 context switches per pipelined iteration)."""
+
+    def __init__(self, fn: Callable[[Batch], Outcome]) -> None:
+        self.fn = fn
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._loop, name="vevo-eval", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        get, put, fn = self.inbox.get, self.outbox.put, self.fn
+        while (batch := get()) is not None:
+            try:
+                put((True, fn(batch)))
+            except BaseException as e:  # re-raised in the loop's thread
+                put((False, e))
+
+    def submit(self, batch: Batch) -> "_EvalThread":
+        self.inbox.put(batch)
+        return self
+
+    def result(self) -> Outcome:
+        ok, value = self.outbox.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Waits for a batch in flight (its outcome is dropped: it was never committed) and stops."""
+        self.inbox.put(None)
+        self.thread.join()
 
 
 def summarize(archive: Archive) -> dict:

@@ -33,6 +33,11 @@ the gap between consecutive admissions. Controller submission (sampling + databa
 (LLM call, evaluation, the rest of the worker function) are timed through wrapped functions (the workers are
 forked, so they inherit the wrappers).
 
+Number of problems: the same loop over 1,000 copies of the problem (2,000 islands) against one problem, 400
+iterations each (``--many-problems``): the per-iteration cost must not grow with the campaign's width either
+(before the checkpoint became incremental it re-serialised every island each iteration: 11.8 ms/iteration at
+1,000 problems).
+
 Windows: the iterations after which the archive holds between T/1.5 and T*1.5 programs (capped at what the run
 reached), T = 100, 1,000, 10,000; ms/iteration is the median over the window of 4-iteration means (a pipelined
 loop alternates short and long gaps). Wall-clock numbers are printed, never asserted; the machine's load is
@@ -55,6 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGETS = (100, 1_000, 10_000)
 WINDOW_FACTOR = 1.5
 SMALL_RUN_PROGRAMS = 150  # extra short campaigns give the 100 window more than ~10 samples
+SCALING_ITERATIONS, SCALING_SKIP = 400, 50  # the many-problems comparison
 ROLL = 4  # ms/iteration = (time of 4 consecutive iterations) / 4, then the median over the window
 DEFAULT_OE_VENV = Path(tempfile.gettempdir()) / "vevo-bench-openevolve"
 OE_REQUIREMENT = "openevolve>=0.4,<0.5"
@@ -134,7 +140,7 @@ def bench_problem():
 
 
 def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: int = 2, islands: int = 2,
-             seed: int = 0, synchronous: str | None = None) -> dict:
+             seed: int = 0, synchronous: str | None = None, n_problems: int = 1) -> dict:
     """Grow a fresh campaign's archive to at least `programs` programs; per-iteration timings and sizes.
 
     Returns iterations, ms (per iteration 1..N, gap between on_iteration callbacks), sizes (archive programs after
@@ -142,14 +148,20 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
     holds at the end (count, ids, per-iteration metrics) for correctness checks.
 
     synchronous: a diagnostic only -- e.g. "FULL" sets that PRAGMA on the archive's connection (an fsync per
-    commit, as ``archive_sync: full``); None keeps the archive's default (NORMAL)."""
+    commit, as ``archive_sync: full``); None keeps the archive's default (NORMAL).
+    n_problems > 1: that many copies of the problem under their own ids (islands x n_problems islands, a seed
+    each), to show that the per-iteration cost does not grow with the number of problems."""
     from evolve.campaign import Campaign
     from evolve.config import CampaignConfig
 
+    import dataclasses
+
     per_iter = m * group
-    iterations = -(-(programs - 1) // per_iter)  # the seed is program 1
+    iterations = max(1, -(-(programs - n_problems) // per_iter))  # the seeds are the first programs
     problem = bench_problem()
-    cfg = CampaignConfig(problems=[problem.id], proposer="fresh", iterations=iterations, islands=islands,
+    probs = [problem] if n_problems == 1 else \
+        [dataclasses.replace(problem, id=f"{problem.id}#{k}") for k in range(n_problems)]
+    cfg = CampaignConfig(problems=[p.id for p in probs], proposer="fresh", iterations=iterations, islands=islands,
                          answers=m, group=group, seed=seed, pipeline_depth=depth)
     stamps: list[float] = []
     seen: list[int] = []
@@ -158,7 +170,7 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
         stamps.append(time.perf_counter())
         seen.append(it)
 
-    camp = Campaign(cfg, run_dir, [problem], FreshBackend(m), HashEvaluator(), on_iteration=on_iteration)
+    camp = Campaign(cfg, run_dir, probs, FreshBackend(m), HashEvaluator(), on_iteration=on_iteration)
     if synchronous is not None:
         camp.archive._conn.execute(f"PRAGMA synchronous={synchronous}")
     try:
@@ -172,8 +184,8 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
         camp.close()
     ms = [(b - a) * 1e3 for a, b in zip([t0] + stamps[:-1], stamps)]
     return {"depth": depth, "synchronous": synchronous, "iterations": iterations, "per_iteration": per_iter, "ms": ms,
-            "sizes": [1 + per_iter * it for it in seen], "seen": seen, "wall_s": wall, "count": count, "ids": ids,
-            "metrics": metrics, "summary": summary}
+            "sizes": [n_problems + per_iter * it for it in seen], "seen": seen, "wall_s": wall, "count": count, "ids": ids,
+            "metrics": metrics, "summary": summary, "n_problems": n_problems}
 
 
 # ============================================================================================== windows
@@ -672,6 +684,9 @@ def main() -> None:
                     help=f"extra short campaigns (to {SMALL_RUN_PROGRAMS} programs) per column for the 100 window")
     ap.add_argument("--no-fsync-diagnostic", action="store_true",
                     help="skip the extra vevo depth0 run with PRAGMA synchronous=FULL (shows the fsync cost)")
+    ap.add_argument("--many-problems", type=int, default=1000,
+                    help="also time a campaign over this many problems (copies of one, 2 islands each) against one "
+                         "problem, same iterations (0 skips)")
     ap.add_argument("--_stub-server", dest="stub_server", metavar="PORT_FILE", help=argparse.SUPPRESS)
     ap.add_argument("--_oe-driver", dest="oe_driver", nargs=3, metavar=("WORK", "PORT", "ITERS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -707,6 +722,14 @@ def main() -> None:
                 log(f"warning: archive holds {r['count']} programs, expected {1 + r['iterations'] * r['per_iteration']}")
             r["extra"] = [run_vevo(Path(tmp) / f"vevo-small-{i}-{k}", SMALL_RUN_PROGRAMS, r["depth"],
                                    synchronous=r["synchronous"]) for k in range(a.small_runs)]
+        scaling = []
+        if a.many_problems > 1:
+            for depth in depths:
+                log(f"vevo: pipeline_depth={depth}, 1 problem vs {a.many_problems} problems, {SCALING_ITERATIONS} "
+                    "iterations each")
+                pair = [run_vevo(Path(tmp) / f"vevo-scaling-{n}-{depth}", n + 8 * SCALING_ITERATIONS, depth,
+                                 n_problems=n) for n in (1, a.many_problems)]
+                scaling.append((depth, pair))
         oe, note = None, ""
         if not a.no_openevolve:
             try:
@@ -723,6 +746,17 @@ def main() -> None:
             print(f"openevolve {oe['version']} (scratch venv {a.oe_venv}): 1 program/iteration, stub OpenAI server "
                   f"on 127.0.0.1, full rewrites, 1 worker process, 2 islands, population_size above the run length")
         report(vevo_runs, oe, note)
+        if scaling:
+            print(f"\nper-iteration cost against the number of problems (2 islands each; median of 4-iteration means "
+                  f"over iterations {SCALING_SKIP}-{SCALING_ITERATIONS}; the checkpoint rewrites only the islands "
+                  "an iteration changed):")
+            for depth, pair in scaling:
+                cells = []
+                for r in pair:
+                    xs = [x for x in rolling(r["ms"])[SCALING_SKIP:] if x is not None]
+                    n = r["n_problems"]
+                    cells.append(f"{n} problem{'s' if n > 1 else ''} {fmt(med(xs))} ms/iteration")
+                print(f"  vevo depth{depth}: " + ", ".join(cells))
         print(f"\nmachine: before {load_before}; after {machine_load()} (timings of a shared machine: spread between "
               "runs comes mostly from other load)")
         print(f"total bench wall time {time.perf_counter() - t_all:.0f}s")

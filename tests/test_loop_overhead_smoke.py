@@ -42,6 +42,13 @@ def test_vevo_half_grows_archive_exactly(lo, tmp_path, depth):
     assert r["sizes"] == [1 + m_g * t for t in range(1, n_iter + 1)]
 
 
+def test_many_problems_campaign_visits_every_island_once_per_round(lo, tmp_path):
+    r = lo.run_vevo(tmp_path / "many", 5 + 8 * 12, 1, n_problems=5)
+    assert r["iterations"] == 12 and r["count"] == 5 + 8 * 12 and r["n_problems"] == 5
+    visits = [(row.data["problem"], row.data["island"]) for row in r["metrics"][1:]]
+    assert len(set(visits[:10])) == 10 and visits[10:] == visits[:2]  # 5 problems x 2 islands, round robin
+
+
 def test_fresh_backend_never_repeats(lo):
     from proposer.base import SamplingParams
     from proposer.parsing import parse_answers

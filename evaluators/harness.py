@@ -22,6 +22,7 @@ _BaseException = BaseException
 _MemoryError = MemoryError
 _isinstance = isinstance
 COMPILE_IN_WORKER_MAX = 64 << 10  # characters
+_COMPILE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError)  # what compile() raises
 
 
 def _record_encoder():
@@ -79,7 +80,7 @@ def main(job: dict, fd: int) -> None:
         return run_openevolve(job, emit)
     try:
         code = job.get("compiled") or compile(job["code"], "candidate.py", "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as e:
+    except _COMPILE_ERRORS as e:
         emit({"t": "syntax_error", "msg": _exc(e)})
         return
     if mode == "stdio":
@@ -172,7 +173,7 @@ def compile_candidate(job: dict) -> None:
         return
     try:
         job["compiled"] = compile(job["code"], "candidate.py", "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+    except _COMPILE_ERRORS:
         pass
 
 

@@ -76,9 +76,6 @@ class _WorkerHandle:
         except (OSError, ValueError):
             return False
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
     def kill(self) -> None:
         try:
             self.proc.kill()

@@ -113,8 +113,8 @@ def _dumps(obj: Any) -> str:
 
 
 def _dumps_numbers(values: list[float] | list[int]) -> str:
-    """_dumps of a flat list of floats or ints (not bools), without the encoder's per-call setup (vectors and parent ids are
-    most of an iteration's encodes). json writes floats with float.__repr__ too; NaN and infinities, whose repr
+    """_dumps of a flat list of floats or ints (not bools), without the encoder's per-call setup (vectors and
+    parent ids are most of an iteration's encodes). json writes floats with float.__repr__ too; NaN and infinities, whose repr
     differs, contain an "n" and go through the encoder."""
     text = "[" + ",".join(map(repr, values)) + "]"
     return _dumps(values) if "n" in text else text
@@ -322,8 +322,7 @@ class Archive:
             if not {"programs", "groups", "metrics", "meta"} <= tables:
                 self._conn.close()
                 raise ValueError(f"{self.path} is not a vevo archive")
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'archive_version'").fetchone()
-            self.version = str(row[0]) if row else "1"
+            self.version = self.get_meta("archive_version", "1")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
@@ -337,8 +336,7 @@ class Archive:
                 if stmt.strip():
                     c.execute(stmt)
             c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
-            version = c.execute("SELECT value FROM meta WHERE key = 'archive_version'").fetchone()[0]
-        self.version = str(version)
+        self.version = self.get_meta("archive_version")
 
     # -- plumbing
     def _open_readonly(self) -> tuple[sqlite3.Connection, set[str]]:
@@ -406,7 +404,8 @@ class Archive:
                         f"INSERT INTO completions({_COMPLETION_COLS.split(', ', 1)[1]}) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (gid, comp.idx, comp.text, _dumps(list(comp.answers)),
-                         "[" + ",".join(_dumps_numbers(_floats(v)) for v in comp.answer_vectors) + "]", _dumps_opt(comp.token_ids),
+                         "[" + ",".join(_dumps_numbers(_floats(v)) for v in comp.answer_vectors) + "]",
+                         _dumps_opt(comp.token_ids),
                          _dumps_opt(comp.logprobs), _dumps_opt(comp.prompt_token_ids), comp.policy_version,
                          _dumps(comp.sampling), comp.finish_reason)).lastrowid
                     completion_of[(gi, comp.idx)] = (cid, comp.policy_version)

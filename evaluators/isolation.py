@@ -1,14 +1,18 @@
 """OS-level isolation for candidate processes (Linux). Worker-level set-up happens once per warm worker;
 child-level set-up runs in each forked candidate process before any candidate code.
 
-Layers, strongest first, each reported in ``describe()`` so users know what protects them:
-- network namespace with no interfaces (``unshare(CLONE_NEWNET)``; needs root or a user namespace),
-- private mount namespace where the whole filesystem is read-only (``mount_setattr``) except a small
-  tmpfs that holds one private directory per candidate; chosen paths are hidden under empty tmpfs,
-- a per-worker unprivileged uid (cannot signal or ptrace the orchestrator, read 0600 files, or write
-  anything it does not own) — also the handle for killing every process a candidate left behind,
-- rlimits (CPU, address space, processes, file size, open files, no core dumps), own session/process
-  group, scrubbed environment, and as a last resort an in-process socket block.
+Layers, each reported in ``WorkerIsolation.describe()`` (``SandboxPool.isolation``) so users know what protects
+them; the threat model is in docs/ARCHITECTURE.md:
+- the worker is started with a clean environment (no secrets ever enter its process image),
+- PID, mount, network and IPC namespaces, entered by the worker's launcher before the worker is forked: the
+  worker is init of its PID namespace, so when it dies every candidate and daemon dies with it, and candidates
+  see no host process; no network interfaces; SysV IPC and POSIX queues cleared after each candidate,
+- an allow-list root (``evaluators/jail.py``) entered by ``chroot`` in each candidate,
+- a per-worker unprivileged uid (cannot signal or ptrace the worker, read 0600 files, or write what it does
+  not own) — also the handle for killing every process a candidate left behind,
+- a per-worker memory and pids cgroup (``evaluators/cgroups.py``) where one is writable,
+- rlimits (CPU, address space, processes, file size, open files, no core dumps), own session, a parent-death
+  signal set after the uid change, and without root an in-process socket block.
 """
 from __future__ import annotations
 
@@ -18,20 +22,33 @@ import resource
 import signal
 import sys
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWNET = 0x40000000
+from evaluators import cgroups, jail
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
 MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
-MOUNT_ATTR_RDONLY, AT_RECURSIVE, SYS_mount_setattr = 0x1, 0x8000, 442
 PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 36, 1, 4
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+LAYERS = ("pidns", "netns", "ipcns", "jail", "cgroup", "uid")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+def _err() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+def safe_path(executable: str = sys.executable) -> str:
+    """PATH for candidates: the interpreter's own directory first (``python`` runs this interpreter, as evaluators
+    that start the program in a subprocess expect), then the usual system directories."""
+    return os.pathsep.join([os.path.dirname(executable), os.path.dirname(os.path.realpath(executable)),
+                            "/usr/local/bin", "/usr/bin", "/bin"])
+
+
+def clean_env(workdir: str | None = None) -> dict[str, str]:
+    """The whole environment a worker (and so every candidate) gets: nothing inherited from the orchestrator."""
+    env = {"PATH": safe_path(), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"}
+    if workdir:
+        env.update(HOME=workdir, TMPDIR=workdir)
+    return env
 
 
 class WorkerIsolation:
@@ -39,133 +56,149 @@ class WorkerIsolation:
     fork slower (page tables to copy), so the worker stays small."""
 
     def __init__(self) -> None:
-        self.netns = self.readonly_fs = self.box_tmpfs = self.subreaper = False
+        self.pidns = self.netns = self.ipcns = self.subreaper = False
+        self.jail: str | None = None
         self.uid: int | None = None
+        self.cgroup: cgroups.WorkerCgroup | None = None
+        self.mqueue: str | None = None
         self.hidden: list[str] = []
         self.notes: list[str] = []
 
     def describe(self) -> dict:
-        return {"network": "netns" if self.netns else "socket-block", "filesystem":
-                "read-only mount namespace" if self.readonly_fs else ("unprivileged uid" if self.uid else "none"),
-                "uid": self.uid, "box_tmpfs": self.box_tmpfs, "subreaper": self.subreaper,
+        fs = "allow-list root (chroot, read-only but the box)" if self.jail else \
+            ("unprivileged uid" if self.uid else "none")
+        return {"network": "netns" if self.netns else "socket-block", "filesystem": fs, "pid": self.pidns,
+                "ipc": self.ipcns, "uid": self.uid, "subreaper": self.subreaper,
+                "cgroup": self.cgroup.describe() if self.cgroup else {"none": "disabled"},
                 "hidden": list(self.hidden), "notes": list(self.notes)}
 
 
-def _err() -> str:
-    return os.strerror(ctypes.get_errno())
+def enter_namespaces(disabled: set[str]) -> tuple[set[str], list[str]]:
+    """Called by the worker process before anything else (root only). Unshares PID, mount, network and IPC
+    namespaces, then forks: the child, init of the new PID namespace, returns and becomes the worker; this
+    process stays behind as its launcher, only waiting, so that when the pool kills it the worker gets its
+    parent-death signal and the kernel kills every process of the namespace. Returns (entered, notes): the
+    namespaces entered, of "pid", "mnt", "net", "ipc"."""
+    notes: list[str] = []
+    if os.geteuid() != 0:
+        return set(), notes
+    kinds = {"mnt": CLONE_NEWNS, "net": CLONE_NEWNET, "ipc": CLONE_NEWIPC, "pid": CLONE_NEWPID}
+    kinds = {k: v for k, v in kinds.items() if k + "ns" not in disabled}
+    entered = set()
+    for k, flag in kinds.items():  # one at a time, so one the kernel refuses costs only itself
+        if _libc.unshare(flag) == 0:
+            entered.add(k)
+        else:
+            notes.append(f"{k} namespace: {_err()}")
+    if "pid" not in entered:
+        return entered, notes
+    pid = os.fork()
+    if pid:  # the launcher: hold on until the worker ends, die with it either way
+        for fd in range(3, 256):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        while True:
+            try:
+                _, st = os.waitpid(pid, 0)
+                os._exit(os.waitstatus_to_exitcode(st) & 0xFF)
+            except InterruptedError:
+                continue
+            except ChildProcessError:
+                os._exit(1)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return entered, notes
 
 
-def setup_worker(box: str, hide: list[str], uid: int, box_mb: int = 256) -> WorkerIsolation:
-    """Called once in a fresh worker process. Never raises: each failed layer is recorded and skipped."""
+def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: list[str], disabled: set[str],
+                 entered: set[str], box_mb: int = 256, max_pids: int = 512) -> WorkerIsolation:
+    """Called once in the worker (after ``enter_namespaces``). Never raises: each failed layer is recorded and
+    skipped, and ``describe()`` says so. ``top``: a directory for the worker's mounts; ``box``: inside it, the
+    candidates' writable tmpfs."""
     iso = WorkerIsolation()
+    iso.pidns, iso.netns, iso.ipcns = "pid" in entered, "net" in entered, "ipc" in entered
     if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
         iso.subreaper = True
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # worker dies with its orchestrator
     root = os.geteuid() == 0
-    if root and _libc.unshare(CLONE_NEWNET) == 0:
-        iso.netns = True
-    elif root:
-        iso.notes.append(f"netns: {_err()}")
-    if root and _libc.unshare(CLONE_NEWNS) == 0 and _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) == 0:
-        if _libc.mount(b"tmpfs", box.encode(), b"tmpfs", 0, f"size={box_mb}m,mode=0711".encode()) == 0:
-            iso.box_tmpfs = True
-        expose_for_uid(needed_paths(), iso)
-        for p in hide:
-            if os.path.isdir(p) and not os.path.commonpath([os.path.abspath(p), box]) == os.path.abspath(p):
-                if _libc.mount(b"tmpfs", os.path.abspath(p).encode(), b"tmpfs", 0, b"size=1m,mode=0555") == 0:
-                    iso.hidden.append(os.path.abspath(p))
-        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-        if _libc.syscall(SYS_mount_setattr, -100, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
-            # the box stays writable: re-clear RDONLY on it alone
-            attr2 = _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
-            if iso.box_tmpfs and _libc.syscall(SYS_mount_setattr, -100, box.encode(), 0, ctypes.byref(attr2),
-                                               ctypes.sizeof(attr2)) != 0:
-                iso.notes.append(f"box rw: {_err()}")
-            iso.readonly_fs = True
-        else:
-            iso.notes.append(f"read-only fs: {_err()}")
-    elif root:
+    if not root:
+        iso.notes.append("not root: candidates run as the worker's own uid, no namespaces, no jail")
+        return iso
+    if "mnt" not in entered or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         iso.notes.append(f"mount namespace: {_err()}")
-    if root:
-        iso.uid = uid
     else:
-        iso.notes.append("not root: candidates run as the worker's own uid")
+        try:
+            jail._mount("tmpfs", top, "tmpfs", jail.MS_NOSUID | jail.MS_NODEV, "size=1m,nr_inodes=64,mode=0755")
+            os.mkdir(box, 0o755)
+            mount_box(box, box_mb)
+            if iso.ipcns:
+                iso.mqueue = os.path.join(top, "mq")
+                os.mkdir(iso.mqueue, 0o700)
+                jail._mount("mqueue", iso.mqueue, "mqueue", jail.MS_NOSUID | jail.MS_NODEV | jail.MS_NOEXEC)
+            if "jail" not in disabled:
+                root_dir = os.path.join(top, "root")
+                os.mkdir(root_dir, 0o755)
+                jail.build(root_dir, box, python_paths, hide, iso.notes)
+                iso.jail = root_dir
+        except (jail.JailError, OSError) as e:
+            iso.notes.append(f"jail: {e}")
+            iso.jail = None
+    if "cgroup" not in disabled:
+        iso.cgroup = cgroups.WorkerCgroup(f"{os.getpid()}-{os.urandom(4).hex()}", max_pids)
+        if not iso.cgroup.ok:
+            iso.notes.append(iso.cgroup.note)
+    if "uid" not in disabled:
+        iso.uid = uid
     return iso
 
 
-MS_BIND = 4096
+def mount_box(box: str, box_mb: int) -> None:
+    jail._mount("tmpfs", box, "tmpfs", jail.MS_NOSUID | jail.MS_NODEV,
+                f"size={box_mb}m,nr_inodes=65536,mode=0711")
 
 
-def needed_paths() -> list[str]:
-    """Directories a candidate's Python must read: the interpreter's prefixes, sys.path, this package."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cands = [sys.prefix, sys.base_prefix, sys.exec_prefix, here] + [p for p in sys.path if p]
-    out = []
-    for p in cands:
-        p = os.path.realpath(p)
-        if os.path.isdir(p) and p not in out:
-            out.append(p)
-    return out
+def remount_box(iso: WorkerIsolation, box: str, box_mb: int = 256) -> bool:
+    """A box whose contents could not be removed (or that is full) is replaced by a fresh tmpfs."""
+    try:
+        if iso.jail:
+            _libc.umount2((iso.jail + box).encode(), 2)
+        _libc.umount2(box.encode(), 2)  # MNT_DETACH: the kernel frees it once nothing uses it
+        mount_box(box, box_mb)
+        if iso.jail:
+            jail.rebind_box(iso.jail, box)
+        return True
+    except (jail.JailError, OSError):
+        return False
 
 
-def _blocked_ancestor(path: str) -> str | None:
-    """The first ancestor of path that 'others' cannot traverse (e.g. /root, mode 0700), if any."""
-    parts = path.strip("/").split("/")
-    for i in range(1, len(parts)):
-        anc = "/" + "/".join(parts[:i])
+def clear_ipc(iso: WorkerIsolation) -> int:
+    """Remove every SysV IPC object and POSIX message queue a candidate left in the worker's IPC namespace.
+    Three small reads when there is nothing (the common case)."""
+    if not iso.ipcns:
+        return 0
+    n = 0
+    for kind, rm in (("shm", lambda i: _libc.shmctl(i, 0, None)), ("sem", lambda i: _libc.semctl(i, 0, 0)),
+                     ("msg", lambda i: _libc.msgctl(i, 0, None))):  # IPC_RMID == 0
         try:
-            if not os.stat(anc).st_mode & 0o001:
-                return anc
+            with open(f"/proc/sysvipc/{kind}", "rb") as f:
+                lines = f.read().splitlines()[1:]
         except OSError:
-            return None
-    return None
-
-
-def expose_for_uid(paths: list[str], iso: "WorkerIsolation", depth: int = 0) -> None:
-    """The interpreter may live under a private directory (pyenv in /root, mode 0700) that the sandbox
-    uid cannot traverse. In the worker's own mount namespace, cover that directory with an empty
-    tmpfs (hiding the rest of it) and bind-mount back only the subtrees Python needs. A needed directory
-    that is itself private (this checkout cloned into a 0700 temp dir) is covered the same way with all of
-    its entries bound back, so it becomes traversable."""
-    if depth > 3:
-        return
-    groups: dict[str, set[str]] = {}
-    for p in paths:
-        anc = _blocked_ancestor(p)
-        if anc is not None:
-            groups.setdefault(anc, set()).add(p[len(anc) + 1:].split("/")[0])
-    for p in paths:  # a needed directory that is itself private (a checkout in a 0700 temp dir): keep all of it
-        if os.path.isdir(p) and not os.stat(p).st_mode & 0o001 and p != "/":
-            groups.setdefault(p, set()).update(os.listdir(p))
-    for anc, kids in groups.items():
-        fds = {k: os.open(os.path.join(anc, k), os.O_PATH) for k in kids if os.path.lexists(os.path.join(anc, k))}
-        if _libc.mount(b"tmpfs", anc.encode(), b"tmpfs", 0, b"size=1m,mode=0755") != 0:
-            iso.notes.append(f"expose {anc}: {_err()}")
-            for fd in fds.values():
-                os.close(fd)
             continue
-        for k, fd in fds.items():
-            dst = os.path.join(anc, k)
-            if os.path.isdir(f"/proc/self/fd/{fd}"):
-                os.mkdir(dst, 0o755)
-            else:
-                os.close(os.open(dst, os.O_CREAT | os.O_WRONLY, 0o644))
-            if _libc.mount(f"/proc/self/fd/{fd}".encode(), dst.encode(), None, MS_BIND | MS_REC, None) != 0:
-                iso.notes.append(f"bind {dst}: {_err()}")
-            os.close(fd)
-        iso.notes.append(f"covered {anc}, kept {sorted(kids)}")
-    if groups:
-        expose_for_uid(paths, iso, depth + 1)
-
-
-def scrub_env(workdir: str) -> None:
-    """Once per worker, after its imports: candidates inherit only a minimal environment (no secrets, no
-    PYTHONPATH of the orchestrator), with HOME and TMPDIR at their working directory, whose path is the same
-    for every candidate of a worker. Done here rather than per fork, where it cost ~0.3 ms a candidate (each
-    os.environ write in the forked child touched ~20 copy-on-write pages)."""
-    os.environ.clear()
-    os.environ.update({"PATH": SAFE_PATH, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "HOME": workdir,
-                       "TMPDIR": workdir})
+        for line in lines:
+            try:
+                ident = int(line.split()[1])
+            except (IndexError, ValueError):
+                continue
+            rm(ident)
+            n += 1
+    if iso.mqueue:
+        try:
+            for name in os.listdir(iso.mqueue):
+                os.unlink(os.path.join(iso.mqueue, name))
+                n += 1
+        except OSError:
+            pass
+    return n
 
 
 class Limits:
@@ -175,10 +208,9 @@ class Limits:
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
-    """In the forked candidate process: new session, rlimits, private cwd, drop to uid (the environment was
-    scrubbed once, in the worker)."""
+    """In the forked candidate process: new session, rlimits, the allow-list root, private cwd, drop to uid, then
+    the parent-death signal (``setuid`` clears one set before it)."""
     os.setsid()
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     cpu = int(limits.time_limit) + 2
     mem = limits.memory_mb * 1024 * 1024
     for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, limits.nproc),
@@ -188,11 +220,16 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
             resource.setrlimit(res, (val, val))
         except (ValueError, OSError):
             pass
+    if iso.cgroup is not None and iso.cgroup.ok:
+        cgroups._write("/proc/self/oom_score_adj", "1000")  # the OOM killer takes the candidate, not the worker
+    if iso.jail:
+        os.chroot(iso.jail)
     os.chdir(workdir)
     if iso.uid is not None:
         os.setgroups([])
         os.setgid(iso.uid)
         os.setuid(iso.uid)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if not iso.netns:
         block_sockets()
     os.umask(0o077)

@@ -10,6 +10,7 @@ import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -20,6 +21,7 @@ from multiprocess.connection import Connection
 
 from problems.model import Problem
 
+from . import cgroups, isolation, jail
 from .scoring import build_job, score
 from .types import Evaluation
 
@@ -37,8 +39,11 @@ class _WorkerHandle:
         r1, w1 = os.pipe()  # orchestrator → worker
         r2, w2 = os.pipe()  # worker → orchestrator
         root = str(Path(__file__).resolve().parent.parent)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        # A clean environment from the start: what the orchestrator holds (API keys, tokens) never enters the
+        # worker's process image, where a candidate could read it back. Nothing to scrub later.
+        env = isolation.clean_env()
+        env["PYTHONPATH"] = root
+        env["VEVO_ORCHESTRATOR"] = str(os.getpid())
         for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[k] = "1"
         # -S: no site/.pth processing, a smaller worker (forks faster); the orchestrator's sys.path comes along
@@ -56,6 +61,8 @@ class _WorkerHandle:
             self.kill()
             raise RuntimeError("sandbox worker failed to start")
         self.isolation, self.box = hello["hello"], hello.get("box")
+        self.worker_pid = int(hello.get("pid") or self.proc.pid)  # the worker itself; proc is its launcher
+        self.cgroup_dirs = list(self.isolation.get("cgroup", {}).get("dirs", []))
 
     def _recv(self, timeout: float) -> dict | None:
         if not self.rx.poll(timeout):
@@ -63,11 +70,18 @@ class _WorkerHandle:
         return self.recv()
 
     def recv(self) -> dict | None:
-        """One message; None when the worker is gone or sent garbage."""
+        """One message; None when the worker is gone. A message that arrived but does not decode (it carries a
+        candidate's values, so it is hostile input) is that candidate's ``crash``, whatever the decoder raised;
+        the worker stays."""
         try:
-            return json.loads(self.rx.recv_bytes())
+            data = self.rx.recv_bytes()
         except (EOFError, OSError, ValueError):
             return None
+        try:
+            msg = json.loads(data)
+        except Exception as e:  # RecursionError, MemoryError, ValueError: all the candidate's doing
+            return {"undecodable": f"{type(e).__name__}"}
+        return msg if isinstance(msg, dict) else {"undecodable": "not an object"}
 
     def send(self, job: dict) -> bool:
         try:
@@ -77,6 +91,11 @@ class _WorkerHandle:
             return False
 
     def kill(self) -> None:
+        if getattr(self, "worker_pid", None):  # the worker first (its candidates die with it), then its launcher
+            try:
+                os.kill(self.worker_pid, 9)
+            except OSError:
+                pass
         try:
             self.proc.kill()
             self.proc.wait(5)
@@ -90,13 +109,24 @@ class _WorkerHandle:
                     pass
         if getattr(self, "box", None):
             shutil.rmtree(self.box, ignore_errors=True)
+        if getattr(self, "cgroup_dirs", None):
+            cgroups.remove(self.cgroup_dirs)
 
 
 class SandboxPool:
     """workers: parallel candidates. hide: paths made invisible to candidates (run dirs, problem data)."""
 
-    def __init__(self, workers: int = 2, hide: Iterable[str] = (), preload: Iterable[str] = DEFAULT_PRELOAD):
-        self.opts = {"hide": [str(Path(p).resolve()) for p in hide], "preload": list(preload)}
+    def __init__(self, workers: int = 2, hide: Iterable[str] = (), preload: Iterable[str] = DEFAULT_PRELOAD,
+                 disable: Iterable[str] = ()):
+        """disable: isolation layers to leave off (of ``isolation.LAYERS``), for measuring what each costs."""
+        bad = set(disable) - set(isolation.LAYERS)
+        if bad:
+            raise ValueError(f"unknown sandbox layer(s) {sorted(bad)}; known: {', '.join(isolation.LAYERS)}")
+        self.opts = {"hide": [str(Path(p).resolve()) for p in hide], "preload": list(preload),
+                     "disable": sorted(disable), "box_parent": tempfile.gettempdir(),
+                     # computed here: the worker runs with -S, so it does not know a virtual environment's prefix
+                     "python_paths": jail.python_paths(str(Path(__file__).resolve().parent.parent))}
+        cgroups.sweep_stale()
         self.n = max(1, int(workers))
         self._idle: queue.Queue[_WorkerHandle] = queue.Queue()
         self._all: list[_WorkerHandle] = []

@@ -50,11 +50,13 @@ def normalise_stdout(s: str) -> str:
 
 def score(problem: Problem, raw: dict) -> Evaluation:
     """raw: the worker's report (records, timed_out, output_limit, signal/exit_code, tails)."""
-    if problem.openevolve is not None:
-        return _score_openevolve(problem, raw)
     n = problem.n_tests
     if "worker_error" in raw or "killed" in raw:
         return Evaluation.failed("killed", n, error=raw.get("worker_error") or raw.get("killed"))
+    if "undecodable" in raw:  # the worker's report carried something the orchestrator would not decode
+        return Evaluation.failed("crash", n, error=f"undecodable result ({raw['undecodable']})")
+    if problem.openevolve is not None:
+        return _score_openevolve(problem, raw)
     records = raw.get("records", [])
     arts: dict[str, Any] = {}
     if raw.get("stderr_tail"):
@@ -105,7 +107,7 @@ def score(problem: Problem, raw: dict) -> Evaluation:
         arts["error"] = load_err.get("exc", "")
         arts["traceback"] = load_err.get("tb", "")
     elif not done:
-        status = "killed" if sig == signal.SIGKILL else ("memory" if _looks_oom(raw) else "crash")
+        status = "memory" if _looks_oom(raw) else ("killed" if sig == signal.SIGKILL else "crash")
         arts["exit"] = f"signal {sig}" if sig else f"exit code {raw.get('exit_code')}"
     elif not failing:
         status = "ok"
@@ -118,7 +120,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
 
 
 def _looks_oom(raw: dict) -> bool:
-    return "MemoryError" in raw.get("stderr_tail", "")
+    """A MemoryError the candidate printed, or the worker's cgroup saw its OOM killer take the candidate."""
+    return bool(raw.get("oom_kill")) or "MemoryError" in raw.get("stderr_tail", "")
 
 
 def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
@@ -187,6 +190,8 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
         elif load is not None:
             status = "memory" if load.get("mem") else "crash"
             arts["error"], arts["traceback"] = load.get("exc", ""), load.get("tb", "")
+        elif _looks_oom(raw):
+            status = "memory"
         else:
             status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
         return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
@@ -200,4 +205,7 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     scalar = metrics["combined_score"] if "combined_score" in metrics else (sum(vec) / len(vec) if vec else 0.0)
     status = "output_limit" if raw.get("output_limit") else ("timeout" if raw.get("timed_out") else "ok")
     solved = status == "ok" and problem.is_solved(vec, scalar)
+    if oe.get("in_process") is not False:  # the program ran inside the evaluator's process: it could forge this
+        arts["unverified"] = "the evaluator ran the program in its own process; its metrics are forgeable"
+        solved = False
     return Evaluation(vector=vec, scalar=float(scalar), solved=solved, status=status, artifacts=arts)

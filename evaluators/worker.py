@@ -15,7 +15,7 @@ import struct
 import sys
 import time
 
-from evaluators import harness, isolation
+from evaluators import harness, isolation, jail
 
 OUT_CAP = 1 << 20          # stdout/stderr bytes a candidate may print before it is stopped (output_limit)
 RESULT_CAP = 64 << 20      # result-channel bytes (large but finite test outputs)
@@ -24,14 +24,22 @@ DRAIN_S = 0.005            # how often a running candidate's pipes are drained
 
 
 class Worker:
-    def __init__(self, opts: dict):
-        self.box = os.path.join(os.environ.get("TMPDIR") or "/tmp", f"vevo-box-{os.getpid()}-{os.urandom(4).hex()}")
-        os.mkdir(self.box, 0o711)
-        self.uid = int(opts.get("uid") or (200000 + os.getpid() % 100000))
+    def __init__(self, opts: dict, entered: set[str], notes: list[str], host_pid: int):
+        parent = opts.get("box_parent") or "/tmp"
+        self.top = os.path.join(parent, f"vevo-box-{host_pid}-{os.urandom(4).hex()}")
+        os.mkdir(self.top, 0o700)
+        self.box = os.path.join(self.top, "w")
+        self.uid = int(opts.get("uid") or (200000 + host_pid % 100000))  # distinct per worker: RLIMIT_NPROC is per uid
         # the built-in suite generators and tests could regenerate expected outputs: candidates never see them
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         own = [os.path.join(root, d) for d in ("problems/suites", "problems/importers", "tests", "runs", ".git")]
-        self.iso = isolation.setup_worker(self.box, list(opts.get("hide", [])) + own, self.uid)
+        disabled = set(opts.get("disable", []))
+        paths = list(opts.get("python_paths") or jail.python_paths(root))
+        self.iso = isolation.setup_worker(self.top, self.box, list(opts.get("hide", [])) + own, self.uid, paths,
+                                          disabled, entered)
+        self.iso.notes[:0] = notes
+        if not os.path.isdir(self.box):  # no mount namespace: a plain private directory
+            os.mkdir(self.box, 0o711)
         os.chdir("/")
         self.n = 0
         for name in opts.get("preload", []):
@@ -41,15 +49,15 @@ class Worker:
                 pass
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # every candidate's stdin
         self.workdir = os.path.join(self.box, "cand")  # one path, emptied after every candidate
-        isolation.scrub_env(self.workdir)
+        os.environ.update(HOME=self.workdir, TMPDIR=self.workdir)  # the rest was set clean by the pool
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 
     def run(self, job: dict) -> dict:
         self.n += 1
         workdir = self.workdir
-        if os.path.lexists(workdir):  # the last candidate left something remove_tree could not delete
-            os.rename(workdir, f"{workdir}-{self.n}")
+        if os.path.lexists(workdir) and not self._clean(workdir):
+            return {"worker_error": "candidate box could not be cleaned"}
         os.mkdir(workdir, 0o700)
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)
@@ -60,43 +68,64 @@ class Worker:
             harness.precompile(job)  # trusted test code, compiled once here and inherited by every fork
             harness.compile_candidate(job)
         limits = isolation.Limits(time_limit=float(job["time_limit"]), memory_mb=int(job["memory_mb"]))
-        r_res, w_res = os.pipe()
-        r_out, w_out = os.pipe()
-        r_err, w_err = os.pipe()
-        t0 = time.monotonic()
-        pid = os.fork()
-        if pid == 0:  # ---- candidate process
-            try:
-                os.dup2(self.devnull, 0)
-                os.dup2(w_out, 1)
-                os.dup2(w_err, 2)
-                os.dup2(w_res, 3)
-                os.closerange(4, 1 << 16)
-                isolation.enter_child(limits, self.iso, workdir)
-                harness.main(job, 3)
-            except BaseException:
+        cg = self.iso.cgroup if self.iso.cgroup is not None and self.iso.cgroup.ok else None
+        if cg is not None:
+            cg.set_candidate_memory(limits.memory_mb)
+            ooms = cg.oom_kills()
+        fds: list[int] = []
+        try:
+            r_res, w_res = os.pipe()
+            fds += (r_res, w_res)
+            r_out, w_out = os.pipe()
+            fds += (r_out, w_out)
+            r_err, w_err = os.pipe()
+            fds += (r_err, w_err)
+            t0 = time.monotonic()
+            pid = os.fork()
+            if pid == 0:  # ---- candidate process
                 try:
-                    import traceback
-                    os.write(2, traceback.format_exc()[-TAIL:].encode())
+                    os.dup2(self.devnull, 0)
+                    os.dup2(w_out, 1)
+                    os.dup2(w_err, 2)
+                    os.dup2(w_res, 3)
+                    os.closerange(4, 1 << 16)
+                    isolation.enter_child(limits, self.iso, workdir)
+                    harness.main(job, 3)
                 except BaseException:
-                    pass
-            finally:
-                try:
-                    sys.stdout.flush()
-                except BaseException:
-                    pass
-                os._exit(0)
-        for fd in (w_res, w_out, w_err):
-            os.close(fd)
-        res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit)
-        remove_tree(workdir)
-        for fd in (r_res, r_out, r_err):
-            try:
+                    try:
+                        import traceback
+                        os.write(2, traceback.format_exc()[-TAIL:].encode())
+                    except BaseException:
+                        pass
+                finally:
+                    try:
+                        sys.stdout.flush()
+                    except BaseException:
+                        pass
+                    os._exit(0)
+            for fd in (w_res, w_out, w_err):
                 os.close(fd)
-            except OSError:
-                pass
+                fds.remove(fd)
+            res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit, _max_records(job))
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            if not self._clean(workdir):
+                res = {"worker_error": "candidate box could not be cleaned"}
+            isolation.clear_ipc(self.iso)
+        if cg is not None and res.get("signal") == signal.SIGKILL and cg.oom_kills() > ooms:
+            res["oom_kill"] = True
         res["wall"] = round(time.monotonic() - t0, 6)
         return res
+
+    def _clean(self, workdir: str) -> bool:
+        """Empty the box after a candidate; a box that resists (or hit its inode cap) is replaced whole."""
+        if remove_tree(workdir):
+            return True
+        return isolation.remount_box(self.iso, self.box) and not os.path.lexists(workdir)
 
     def _stage_evaluator(self, job: dict, workdir: str) -> dict:
         """OpenEvolve evaluators may sit in a folder the sandbox uid cannot read (a 0700 home or tmp dir):
@@ -119,7 +148,8 @@ class Worker:
                     os.chown(n, self.iso.uid, self.iso.uid)
         return dict(job, evaluator=os.path.join(dst, os.path.basename(job["evaluator"])))
 
-    def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float) -> dict:
+    def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float,
+                   max_records: int) -> dict:
         bufs = {r_res: bytearray(), r_out: bytearray(), r_err: bytearray()}
         caps = {r_res: RESULT_CAP, r_out: OUT_CAP, r_err: OUT_CAP}
         sent = {r_out: 0, r_err: 0, r_res: 0}
@@ -164,18 +194,9 @@ class Worker:
         os.close(pidfd)
         if sent[r_res] > RESULT_CAP or sent[r_out] > OUT_CAP or sent[r_err] > OUT_CAP:
             output_limit = True
-        records, bad = [], 0
-        for line in bytes(bufs[r_res]).split(b"\n"):
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-                if isinstance(rec, dict):
-                    records.append(rec)
-                else:
-                    bad += 1
-            except ValueError:
-                bad += 1
+        records, bad = decode_records(bytes(bufs[r_res]), max_records)
+        if bad < 0:
+            output_limit, bad = True, 0
         out = {"records": records, "bad_records": bad, "timed_out": timed_out, "output_limit": output_limit,
                "stdout_tail": bytes(bufs[r_out][-TAIL:]).decode("utf-8", "replace"),
                "stderr_tail": bytes(bufs[r_err][-TAIL:]).decode("utf-8", "replace")}
@@ -259,36 +280,131 @@ class _Conn:
             view = view[os.write(self.fd_out, view):]
 
 
-def remove_tree(path: str) -> None:
-    """shutil.rmtree without importing shutil (a smaller worker forks faster); candidates' dirs are small."""
+def remove_tree(path: str) -> bool:
+    """Remove a candidate's directory tree; True when it is gone. Iterative and relative to directory fds, so a
+    chain of thousands of nested directories (deeper than PATH_MAX, deeper than any recursion limit) costs
+    neither; every fd is closed on every path. A tree that would take more than ``budget`` entries is left
+    for the caller to discard whole (the box is a tmpfs of its own)."""
     try:
-        entries = list(os.scandir(path))
+        os.rmdir(path)  # the common case: the candidate left nothing
+        return True
+    except FileNotFoundError:
+        return True
     except OSError:
-        return
-    for e in entries:
+        pass
+    try:
+        top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
         try:
-            if e.is_dir(follow_symlinks=False):
-                remove_tree(e.path)
-            else:
-                os.unlink(e.path)
+            os.unlink(path)
+            return True
         except OSError:
-            pass
+            return not os.path.lexists(path)
+    stack = [(top, None)]  # (dir fd, name of this dir in the parent below it on the stack)
+    budget = 200000
+    try:
+        while stack and budget > 0:
+            fd, _ = stack[-1]
+            descended = False
+            try:
+                names = os.listdir(fd)
+            except OSError:
+                names = []
+            for name in names:
+                budget -= 1
+                try:
+                    os.unlink(name, dir_fd=fd)
+                    continue
+                except IsADirectoryError:
+                    pass
+                except OSError:
+                    pass
+                try:
+                    os.rmdir(name, dir_fd=fd)
+                    continue
+                except OSError:
+                    pass
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError:
+                    continue
+                stack.append((sub, name))
+                descended = True
+                break
+            if descended:
+                continue
+            fd, name = stack.pop()
+            os.close(fd)
+            if stack and name is not None:
+                try:
+                    os.rmdir(name, dir_fd=stack[-1][0])
+                except OSError:
+                    budget = 0  # something could not be removed: let the caller discard the box
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
     try:
         os.rmdir(path)
     except OSError:
         pass
+    return not os.path.lexists(path)
+
+
+def _max_records(job: dict) -> int:
+    """How many result lines an honest run of this job writes, with room to spare: each case writes one or two,
+    plus start/done and the error records."""
+    return 4 * len(job.get("cases") or ()) + 64
+
+
+def decode_records(data: bytes, max_records: int, depth: int = 200) -> tuple[list[dict], int]:
+    """The candidate's result lines → (records, bad). bad is -1 when there are more lines than ``max_records``
+    (a flood of tiny records would cost the worker gigabytes as Python objects). Nesting deeper than ``depth``
+    is refused here, under a recursion limit of its own, so nothing handed to the orchestrator is deeper than
+    it can decode."""
+    if data.count(b"\n") > max_records:
+        return [], -1
+    records, bad = [], 0
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(depth + 50)
+    try:
+        for line in data.split(b"\n"):
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError, MemoryError):
+                bad += 1
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+            else:
+                bad += 1
+    finally:
+        sys.setrecursionlimit(old)
+    return records, bad
 
 
 def main() -> None:
     for p in os.environ.get("VEVO_WORKER_PATH", "").split(os.pathsep):
         if p and p not in sys.path:
             sys.path.append(p)
+    os.environ.pop("VEVO_WORKER_PATH", None)
     fd_in, fd_out = int(sys.argv[1]), int(sys.argv[2])
     cin = cout = _Conn(fd_in, fd_out)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    isolation._libc.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with its orchestrator
+    if os.getppid() != int(os.environ.pop("VEVO_ORCHESTRATOR", "0") or os.getppid()):
+        return  # the orchestrator died before the line above
     opts = json.loads(cin.recv_bytes())
-    worker = Worker(opts)
-    cout.send_bytes(json.dumps({"hello": worker.iso.describe(), "pid": os.getpid()}).encode())
+    host_pid = os.getpid()
+    entered, notes = isolation.enter_namespaces(set(opts.get("disable", [])))
+    worker = Worker(opts, entered, notes, host_pid)
+    try:  # our pid as the host sees it (/proc here is still the host's mount): 1 inside our PID namespace
+        pid = int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        pid = os.getpid()
+    hello = {"hello": worker.iso.describe(), "pid": pid, "launcher": host_pid, "box": worker.top}
+    cout.send_bytes(json.dumps(hello).encode())
     while True:
         try:
             msg = cin.recv_bytes()
@@ -301,7 +417,11 @@ def main() -> None:
             res = worker.run(job)
         except Exception as e:  # a worker bug must not look like a candidate result
             res = {"worker_error": f"{type(e).__name__}: {e}"}
-        cout.send_bytes(json.dumps(res).encode())
+        try:
+            data = json.dumps(res).encode()
+        except (ValueError, TypeError, RecursionError) as e:
+            data = json.dumps({"worker_error": f"unencodable result: {type(e).__name__}"}).encode()
+        cout.send_bytes(data)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,9 @@ def cmd_problems_check(args) -> int:
                     line = f"{p.id}: seed {seed['status']} {seed['scalar']:.3f}"
                     if ref is not None:
                         line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
+                    if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
+                        line += (" | unverified: the evaluator runs the program in its own process, so a program"
+                                 " can forge its metrics; solves are not counted")
                     print(line, flush=True)
     for e in errors:
         print(f"vevo: error: {e}", file=sys.stderr)

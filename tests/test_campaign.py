@@ -151,6 +151,12 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
     else:
         vevo("run", *args, "--out", str(run))
     assert kills == 20
+    from tests.test_sandbox import sandbox_processes
+
+    deadline = time.time() + 10  # kill -9 of the orchestrator (process group) left no candidate running
+    while sandbox_processes() and time.time() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
     a, b = export(ref, tmp_path), export(run, tmp_path)
     assert a == b
     with Archive(run / "archive.db", readonly=True) as arc:

@@ -7,6 +7,7 @@ import time
 
 
 from evaluators.pool import SandboxPool
+from evaluators.scoring import score
 from problems.model import AssertCase, CallCase, Problem, StdioCase
 from tests.conftest import processes_of_uid
 
@@ -36,7 +37,8 @@ HOSTILE = {
     "stderr_flood": ("import sys\nwhile True:\n    sys.stderr.write('y' * 10000)\n", {"output_limit"}),
     "kill_parent": ("import os\nos.kill(os.getppid(), 9)\n" + GOOD, {"crash"}),
     "kill_own_group": ("import os, signal\nos.killpg(0, signal.SIGKILL)\n", {"killed"}),
-    "kill_everything": ("import os\nos.kill(-1, 9)\n", {"wrong"}),  # reaches only its own uid: nothing
+    # reaches only its own uid inside its PID namespace: nothing (ESRCH with the PID namespace)
+    "kill_everything": ("import os\nos.kill(-1, 9)\n", {"wrong", "crash"}),
     "setuid_root": ("import os\nos.setuid(0)\n" + GOOD, {"crash"}),
     "signal_tricks": ("import signal\nfor s in (signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGINT):\n"
                       "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n", {"timeout"}),
@@ -97,7 +99,8 @@ def test_leftover_children_and_daemons_are_killed():
     code = ("import os, time, subprocess\n"
             "if os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)\n"
             "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(300)\n    os._exit(0)\n"
-            "subprocess.Popen(['sleep', '300'], start_new_session=True)\n" + GOOD)
+            "import sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
+            "start_new_session=True)\n" + GOOD)
     with SandboxPool(workers=1) as pool:
         ev = pool.evaluate(ADD, code)
         assert ev.status == "ok" and ev.solved  # a correct program that leaves children still counts
@@ -168,8 +171,8 @@ def test_network_is_unreachable():
 def test_pool_replaces_a_dead_worker():
     with SandboxPool(workers=1) as pool:
         pid_before = pool._all[0].proc.pid
-        pool._all[0].proc.kill()
-        pool._all[0].proc.wait()
+        os.kill(pool._all[0].worker_pid, 9)
+        pool._all[0].proc.wait()  # the launcher ends with its worker
         ev = pool.evaluate(ADD, GOOD)  # never reached the dead worker: the replacement evaluates it
         assert ev.solved
         assert pool.replaced == 1 and pool._all[0].proc.pid != pid_before
@@ -215,7 +218,7 @@ def test_wedged_worker_is_replaced(monkeypatch):
     monkeypatch.setattr(pool_mod, "GRACE", 0.5)
     with SandboxPool(workers=2) as pool:
         wedged = pool._all[0].proc
-        os.kill(wedged.pid, signal.SIGSTOP)
+        os.kill(pool._all[0].worker_pid, signal.SIGSTOP)  # the worker itself, not its launcher
         t = time.monotonic()
         evs = pool.evaluate_many([(ADD, GOOD)] * 6)
         assert time.monotonic() - t < ADD.time_limit + 0.5 + 3
@@ -272,7 +275,7 @@ def test_isolation_is_reported():
         iso = pool.isolation
     assert set(iso) >= {"network", "filesystem", "uid"}
     if os.geteuid() == 0:
-        assert iso["network"] == "netns" and iso["filesystem"] == "read-only mount namespace"
+        assert iso["network"] == "netns" and iso["filesystem"].startswith("allow-list root")
 
 
 def test_candidates_can_import_stdlib_and_installed_packages():
@@ -303,3 +306,366 @@ def test_split_asserts_cannot_be_forged():
                   "def f(x):\n    return 0\n")
         ev = pool.evaluate(prob, forged)
         assert ev.vector[:2] == [0.0, 0.0] and not ev.solved
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The allow-list jail: one test per attack class of the second hostile round (secrets, expected outputs, the
+# orchestrator's decoder, what outlives an evaluation, limits, clean-up). Each checks the status, that nothing
+# passes falsely, and what is left behind: sandbox processes, IPC objects, the box, the worker's fds.
+
+SANDBOX_UIDS = range(200000, 300000)
+SECRET = "sk-vevo-test-" + "7f3a9c" * 4
+
+
+def sandbox_processes() -> list[tuple[int, int]]:
+    """(pid, uid) of every process on the host running as a sandbox uid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                uid = os.stat(f"/proc/{d}").st_uid
+            except OSError:
+                continue
+            if uid in SANDBOX_UIDS:
+                out.append((int(d), uid))
+    return out
+
+
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _residue(pool: SandboxPool) -> dict:
+    """What candidates left: processes, and per worker its fd count."""
+    return {"procs": _left_over(pool), "fds": [_fds(h.worker_pid) for h in pool._all]}
+
+
+def _says(ev, needle: str) -> bool:
+    return needle in repr(ev.artifacts) or needle in repr(ev.vector)
+
+
+root_only = __import__("pytest").mark.skipif(os.geteuid() != 0, reason="the jail needs root")
+
+
+@root_only
+def test_jail_layers_are_active():
+    with SandboxPool(workers=1) as pool:
+        iso = pool.isolation
+    assert iso["filesystem"].startswith("allow-list root") and iso["pid"] and iso["ipc"] and iso["network"] == "netns"
+    assert iso["uid"] in SANDBOX_UIDS
+    assert "cgroup" in iso  # a dict: {"version", "dirs"} or {"none": why}
+
+
+@root_only
+def test_secrets_of_the_orchestrator_are_unreachable(monkeypatch):
+    """Class 1: the orchestrator's environment never enters the worker; the candidate scans every environ it can
+    open (its own after PR_SET_DUMPABLE, every /proc/*/environ) and its own stack and heap."""
+    monkeypatch.setenv("VEVO_TEST_API_KEY", SECRET)
+    code = ("import os, ctypes, sys, re\nctypes.CDLL(None).prctl(4, 1, 0, 0, 0)\nfound = []\n"
+            "for d in os.listdir('/proc'):\n    for f in ('environ', 'cmdline'):\n        try:\n"
+            "            found.append(open(f'/proc/{d}/{f}', 'rb').read())\n        except OSError:\n            pass\n"
+            "for line in open('/proc/self/maps'):\n    if '[stack]' in line or '[heap]' in line:\n"
+            "        a, b = (int(x, 16) for x in line.split()[0].split('-'))\n"
+            "        try:\n            with open('/proc/self/mem', 'rb') as m:\n                m.seek(a)\n"
+            "                found.append(m.read(b - a))\n        except OSError:\n            pass\n"
+            "blob = b''.join(found)\nhit = re.search(rb'sk-vevo-test-[0-9a-f]+', blob)\n"
+            "os.write(2, b'LEAK ' + hit.group() if hit else b'no leak')\n"
+            "def add(a, b):\n    return a + b if hit is None else a - b\n")
+    with SandboxPool(workers=1) as pool:
+        ev = pool.evaluate(ADD, code)
+        assert ev.status == "ok" and ev.solved, ev.artifacts
+        assert not _says(ev, SECRET) and "no leak" in ev.artifacts.get("stderr", "")
+        assert _left_over(pool) == []
+
+
+@root_only
+def test_problem_folders_datasets_and_the_checkout_are_not_in_the_candidates_root(tmp_path):
+    """Class 2: an allow-list, not hidden paths. The candidate walks the whole root it can see and looks for the
+    problem's files, the shared datasets, this checkout's tests and run dirs, and other processes' cmdlines."""
+    from tests.conftest import SHARED
+
+    prob_dir = tmp_path / "prob"
+    prob_dir.mkdir()
+    (prob_dir / "problem.toml").write_text('expected = "MARKER-EXPECTED-42"\n')
+    tmp_path.chmod(0o755)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    probes = [str(prob_dir / "problem.toml"), str(SHARED / "data"), os.path.join(here, "tests"),
+              os.path.join(here, "problems", "suites"), os.path.join(here, "runs"), "/run", "/home", "/var",
+              "/etc/passwd", "/root/.bashrc", os.path.join(here, ".git")]
+    code = ("import os, sys\nseen = []\n"
+            f"for p in {probes!r}:\n    if os.path.exists(p):\n        seen.append(p)\n"
+            "for d in os.listdir('/proc'):\n    if d.isdigit() and int(d) != os.getpid():\n        seen.append('proc ' + d)\n"
+            "top = sorted(os.listdir('/'))\nif [n for n in os.listdir('/tmp') if not n.startswith('vevo-box-')]:\n"
+            "    seen.append('/tmp holds more than the box')\n"
+            "for r, ds, fs in os.walk('/', topdown=True):\n"
+            "    ds[:] = [x for x in ds if os.path.join(r, x) not in ('/proc', '/sys', '/dev')]\n"
+            "    for f in fs:\n        if f in ('problem.toml', 'mbpp.jsonl', 'tests.jsonl') or 'MARKER' in f:\n"
+            "            seen.append(os.path.join(r, f))\n"
+            "os.write(2, repr((seen, top)).encode())\n"
+            "def add(a, b):\n    return a + b if not seen else a - b\n")
+    with SandboxPool(workers=1) as pool:
+        ev = pool.evaluate(ADD, code, time_limit=30)
+    assert ev.status == "ok" and ev.solved, ev.artifacts.get("stderr")
+    top = eval(ev.artifacts["stderr"])[1]  # noqa: S307 - our own repr of two lists of str
+    assert set(top) <= {"dev", "proc", "etc", "lib", "lib64", "lib32", "usr", "root", "work", "tmp", "opt", "home"}
+
+
+@root_only
+def test_eval_program_cannot_read_its_problem_folder(tmp_path):
+    """Class 2 through the CLI: ``vevo eval-program`` used to hide nothing, so the program read the expected
+    output from problem.toml via /proc/*/cmdline. Now it finds neither the cmdline nor the folder."""
+    import subprocess
+    import sys
+
+    vevo = os.path.join(os.path.dirname(sys.executable), "vevo")
+    folder = tmp_path / "echo"
+    subprocess.run([vevo, "problems", "new", "echo", "--kind", "io", "--dir", str(tmp_path)], check=True,
+                   capture_output=True)
+    toml = (folder / "problem.toml").read_text()
+    cheat = ("import os\nfound = []\nfor d in os.listdir('/proc'):\n    try:\n"
+             "        args = open(f'/proc/{d}/cmdline', 'rb').read().split(b'\\0')\n    except OSError:\n        continue\n"
+             "    for a in args:\n        p = os.path.join(a.decode(errors='replace'), 'problem.toml')\n"
+             "        if os.path.exists(p):\n            found.append(p)\n"
+             "os.write(2, ('FOUND %r' % found).encode())\n"
+             "def solve(xs):\n    return sum(x * x for x in xs) if found else -1\n")
+    prog = tmp_path / "cheat.py"
+    prog.write_text(cheat)
+    tmp_path.chmod(0o755)
+    r = subprocess.run([vevo, "eval-program", str(folder), str(prog), "--json"], capture_output=True, text=True)
+    assert "FOUND []" in r.stdout and '"solved": false' in r.stdout, (r.stdout, r.stderr, toml)
+
+
+@root_only
+def test_openevolve_metrics_channel_cannot_be_forged(tmp_path):
+    """Class 2, OpenEvolve: an evaluator that runs the program in a subprocess; the program tries the inherited
+    fd 3, the evaluator's /proc/PID/fd/3 and ptrace-free tricks to write a forged metrics record. An evaluator
+    that imports the program in its own process is reported unverified and never solved."""
+    from problems.openevolve import load_openevolve
+
+    sub_eval = ("import subprocess, sys\n"
+                "def evaluate(path):\n"
+                "    r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=10)\n"
+                "    try:\n        v = float(r.stdout.strip().splitlines()[-1])\n    except Exception:\n        v = 0.0\n"
+                "    return {'combined_score': min(v, 0.5)}\n")
+    forge = ("import os, glob\nrec = b'{\"t\":\"oe\",\"metrics\":{\"combined_score\":99.0},\"artifacts\":{}}\\n"
+             "{\"t\":\"done\",\"n\":0}\\n'\nfor fd in (3, 4, 5):\n    try:\n        os.write(fd, rec)\n    except OSError:\n"
+             "        pass\nfor p in glob.glob('/proc/*/fd/*'):\n    try:\n        f = os.open(p, os.O_WRONLY)\n"
+             "        os.write(f, rec)\n    except OSError:\n        pass\nos.system('echo forged >&3')\nprint(0.25)\n")
+    for name, ev_src in (("sub", sub_eval),):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "initial_program.py").write_text("print(0.1)\n")
+        (folder / "evaluator.py").write_text(ev_src)
+        prob = load_openevolve(folder)
+        tmp_path.chmod(0o755)
+        with SandboxPool(workers=1) as pool:
+            ev = pool.evaluate(prob, forge)
+            assert ev.status == "ok" and ev.scalar == 0.25 and not ev.solved, ev.artifacts
+            assert "unverified" not in ev.artifacts
+            assert _left_over(pool) == []
+    folder = tmp_path / "inproc"
+    folder.mkdir()
+    (folder / "initial_program.py").write_text("def value():\n    return 0.1\n")
+    (folder / "evaluator.py").write_text(
+        "import importlib.util\ndef evaluate(path):\n"
+        "    spec = importlib.util.spec_from_file_location('p', path)\n    m = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(m)\n    return {'combined_score': m.value()}\n")
+    prob = load_openevolve(folder)
+    with SandboxPool(workers=1) as pool:
+        ev = pool.evaluate(prob, "def value():\n    return 5.0\n")
+    assert ev.status == "ok" and ev.scalar == 5.0 and not ev.solved and "unverified" in ev.artifacts
+
+
+def test_records_nested_past_the_limit_and_floods_do_not_reach_the_orchestrator():
+    """Class 3 and 5: a record nested just under (and over) any recursion limit, and a flood of tiny records,
+    are the candidate's problem: the pool keeps its worker, the orchestrator decodes nothing deep, and the
+    worker's memory stays bounded."""
+    deep = ("import os\nfor depth in (150, 199, 990, 5000):\n"
+            "    os.write(3, b'{\"t\":\"case\",\"i\":0,\"v\":' + b'[' * depth + b']' * depth + b'}\\n')\n" + GOOD)
+    flood = ("import os\nchunk = b'{}\\n' * (1 << 16)\nfor _ in range(350):\n    os.write(3, chunk)\n" + GOOD)
+    with SandboxPool(workers=1) as pool:
+        before = _residue(pool)
+        evs = pool.evaluate_many([(ADD, deep), (ADD, flood), (ADD, GOOD)])
+        assert [e.status for e in evs][1:] == ["output_limit", "ok"], [(e.status, e.artifacts) for e in evs]
+        assert evs[0].status in {"wrong", "crash", "ok"} and evs[0].vector[0] == 1.0 or evs[0].status != "ok"
+        assert pool.replaced == 0
+        with open(f"/proc/{pool._all[0].worker_pid}/status") as f:
+            hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+        assert hwm < 400 * 1024, f"worker peaked at {hwm} kB"
+        assert _residue(pool) == before
+
+
+def test_undecodable_worker_message_is_the_candidates_crash():
+    """Class 3: whatever the orchestrator's decoder raises on a worker message (RecursionError included) is that
+    candidate's crash, not an exception out of the pool."""
+    from evaluators.pool import _WorkerHandle
+
+    class Rx:
+        def __init__(self, data):
+            self.data = data
+
+        def recv_bytes(self):
+            return self.data
+    h = _WorkerHandle.__new__(_WorkerHandle)
+    for data in (b"[" * 100000 + b"]" * 100000, b"\xff\xfe", b"[1, 2]", b'{"records": [}'):
+        h.rx = Rx(data)
+        msg = h.recv()
+        assert set(msg) == {"undecodable"}
+        assert score(ADD, msg).status == "crash"
+
+
+@root_only
+def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
+    """Class 4: candidates and their setsid daemons die with the orchestrator (the worker is init of its PID
+    namespace; its launcher has a parent-death signal; candidates set theirs after the uid change)."""
+    import subprocess
+    import sys
+
+    assert sandbox_processes() == []
+    script = tmp_path / "orch.py"
+    script.write_text(
+        "import sys\nsys.path.insert(0, %r)\n" % os.path.dirname(os.path.dirname(os.path.abspath(__file__))) +
+        "from evaluators.pool import SandboxPool\nfrom tests.test_sandbox import ADD\n"
+        "code = ('import os, time, subprocess, sys\\n'\n"
+        "        'if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)\\n'\n"
+        "        'subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"], start_new_session=True)\\n'\n"
+        "        'print(\"started\", flush=True)\\ntime.sleep(600)\\n')\n"
+        "with SandboxPool(workers=1) as pool:\n    print('ready', flush=True)\n"
+        "    pool.evaluate(ADD, code, time_limit=600)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 30
+        while len(sandbox_processes()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(sandbox_processes()) >= 3  # the candidate, its setsid daemon and a detached subprocess
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+
+
+@root_only
+def test_kill_9_of_eval_program_mid_candidate_leaves_no_sandbox_process(tmp_path):
+    """Class 4 through the CLI: ``vevo eval-program`` killed while its candidate (and a daemon it started) runs."""
+    import subprocess
+    import sys
+
+    vevo = os.path.join(os.path.dirname(sys.executable), "vevo")
+    subprocess.run([vevo, "problems", "new", "slow", "--kind", "io", "--dir", str(tmp_path)], check=True,
+                   capture_output=True)
+    prog = tmp_path / "slow.py"
+    prog.write_text("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\ntime.sleep(600)\n")
+    tmp_path.chmod(0o755)
+    assert sandbox_processes() == []
+    proc = subprocess.Popen([vevo, "eval-program", str(tmp_path / "slow"), str(prog), "--timeout", "600"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while len(sandbox_processes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox_processes()) >= 2
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+
+
+@root_only
+def test_ipc_objects_do_not_outlive_their_candidate():
+    """Class 4: SysV shared memory, message queues, semaphores and POSIX queues a candidate creates are gone for
+    the next candidate of the same worker (and never were in the host's IPC namespace)."""
+    host_before = {k: open(f"/proc/sysvipc/{k}").read() for k in ("shm", "msg", "sem")}
+    make = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "assert libc.shmget(4242, 1 << 20, 0o1600) >= 0\nassert libc.msgget(4243, 0o1600) >= 0\n"
+            "assert libc.semget(4244, 1, 0o1600) >= 0\n"
+            "assert libc.mq_open(b'/vevo-q', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0\n" + GOOD)
+    look = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "left = [libc.shmget(4242, 0, 0), libc.msgget(4243, 0), libc.semget(4244, 0, 0),"
+            " libc.mq_open(b'/vevo-q', os.O_RDWR, 0, None)]\n"
+            "def add(a, b):\n    return a + b if left == [-1, -1, -1, -1] else a - b\n")
+    with SandboxPool(workers=1) as pool:
+        evs = pool.evaluate_many([(ADD, make), (ADD, look)])
+        assert [e.status for e in evs] == ["ok", "ok"], [e.artifacts for e in evs]
+        assert evs[1].solved
+    assert {k: open(f"/proc/sysvipc/{k}").read() for k in ("shm", "msg", "sem")} == host_before
+
+
+def test_deep_directory_chain_is_removed_and_the_box_stays_usable():
+    """Class 4: a 3000-level directory chain (deeper than PATH_MAX) is removed without recursion; the next
+    candidate finds an empty box and the worker's fds are where they were."""
+    chain = ("import os\nfor i in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+             "open('f', 'w').write('x')\n" + GOOD)
+    look = ("import os\nleft = os.listdir('.') + ([] if os.stat('..').st_nlink == 3 else ['more in the box'])\n"
+            "def add(a, b):\n    return a + b if not left else a - b\n")
+    with SandboxPool(workers=1) as pool:
+        before = _residue(pool)
+        evs = pool.evaluate_many([(ADD, chain), (ADD, look), (ADD, chain), (ADD, look)])
+        assert [e.status for e in evs] == ["ok"] * 4 and all(e.solved for e in evs), [e.artifacts for e in evs]
+        assert _residue(pool) == before and pool.replaced == 0
+
+
+def test_remove_tree_handles_depth_links_and_unremovable_entries(tmp_path):
+    from evaluators.worker import remove_tree
+
+    p = str(tmp_path / "t")
+    os.mkdir(p)
+    fd = os.open(p, os.O_RDONLY)
+    for _ in range(2500):
+        os.mkdir("d", dir_fd=fd)
+        nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.symlink("/etc", "link", dir_fd=fd)
+    os.close(fd)
+    before = len(os.listdir("/proc/self/fd"))
+    assert remove_tree(p) and not os.path.exists(p)
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert os.path.exists("/etc/passwd") or os.path.isdir("/etc")  # the link was removed, not followed
+
+
+@root_only
+def test_page_cache_memory_is_limited_by_the_cgroup():
+    """Class 5: sixty 16 MB memfds hold 960 MB under a 512 MB address-space limit; the worker's cgroup charges
+    them, so the candidate is stopped as ``memory`` instead of passing."""
+    code = ("import os\nfds = []\nfor i in range(60):\n    fd = os.memfd_create(f'm{i}')\n"
+            "    for _ in range(16):\n        os.write(fd, b'x' * (1 << 20))\n    fds.append(fd)\n" + GOOD)
+    with SandboxPool(workers=1) as pool:
+        if "none" in pool.isolation["cgroup"]:
+            __import__("pytest").skip(f"no memory cgroup here: {pool.isolation['cgroup']}")
+        ev = pool.evaluate(ADD, code, time_limit=20)
+        assert ev.status == "memory" and not ev.solved, (ev.status, ev.artifacts)
+        assert pool.evaluate(ADD, GOOD).solved and pool.replaced == 0
+
+
+@root_only
+def test_unix_sockets_of_the_host_are_unreachable(tmp_path):
+    """Class 5: a world-writable filesystem socket (an X server, a database) and an abstract socket on the host;
+    the candidate can connect to neither."""
+    tmp_path.chmod(0o777)
+    path = str(tmp_path / "host.sock")
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(path)
+    os.chmod(path, 0o777)
+    srv.listen()
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(b"\0vevo-test-abstract")
+    abstract.listen()
+    code = ("import socket\nok = []\n"
+            f"for addr in ({path!r}, b'\\0vevo-test-abstract'):\n"
+            "    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.connect(addr)\n        ok.append(addr)\n"
+            "    except OSError:\n        pass\n"
+            "def add(a, b):\n    return a + b if not ok else a - b\n")
+    try:
+        with SandboxPool(workers=1) as pool:
+            ev = pool.evaluate(ADD, code)
+        assert ev.status == "ok" and ev.solved, ev.artifacts
+    finally:
+        srv.close()
+        abstract.close()

@@ -1,0 +1,145 @@
+"""The candidate's filesystem: an allow-list root built once per worker, entered by ``chroot`` in each candidate.
+
+Inside the worker's private mount namespace a small tmpfs becomes the new root. Into it go, read-only and at
+their usual paths (so ``sys.path`` and shared-library paths work unchanged): the interpreter's prefixes and the
+import paths that hold installed packages, the shared-library directories, ``/etc/ld.so.cache``, the device
+nodes ``null``, ``zero``, ``random`` and ``urandom``, a ``/proc`` of the worker's own PID namespace mounted with
+``hidepid=invisible`` (a candidate sees its own uid's processes only), and, writable, the candidate's private
+box. Nothing else exists there: not the host's ``/tmp``, ``/run``, ``/home`` or ``/root``, not this checkout,
+run directories, problem folders or datasets. An allow-list, so a path nobody thought of is not reachable.
+
+Why ``chroot`` per candidate and not ``pivot_root`` in the worker: the worker must still read the host (an
+OpenEvolve evaluator's folder it copies into the box); ``chroot`` is one cheap system call in the child, and a
+process without root (the candidate, after its uid drop) cannot leave a chroot.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 1 << 14, 1 << 18
+MS_REMOUNT = 32
+MOUNT_ATTR_RDONLY, AT_RECURSIVE, SYS_mount_setattr = 0x1, 0x8000, 442
+LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32")
+DEVICES = ("null", "zero", "random", "urandom")
+ETC_FILES = ("/etc/ld.so.cache",)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+class JailError(Exception):
+    pass
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    if _libc.mount(None if src is None else src.encode(), dst.encode(), None if fstype is None else fstype.encode(),
+                   flags, None if data is None else data.encode()) != 0:
+        raise JailError(f"mount {fstype or 'bind'} {src} on {dst}: {os.strerror(ctypes.get_errno())}")
+
+
+def _set_readonly(path: str, readonly: bool, recursive: bool) -> None:
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0) if readonly else _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0)
+    if _libc.syscall(SYS_mount_setattr, -100, path.encode(), AT_RECURSIVE if recursive else 0,
+                     ctypes.byref(attr), ctypes.sizeof(attr)) != 0:
+        raise JailError(f"mount_setattr {path}: {os.strerror(ctypes.get_errno())}")
+
+
+def python_paths(checkout: str) -> list[str]:
+    """Directories a candidate's Python reads: the interpreter's prefixes and every import path, except those
+    inside this checkout (its packages are imported by the worker before forking; the rest of it, tests and
+    suite generators, must stay out of reach), unless they are under a prefix (a virtual environment kept in
+    the checkout is still the interpreter)."""
+    ck = os.path.realpath(checkout)
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
+
+    def under(p: str, d: str) -> bool:
+        return p == d or p.startswith(d.rstrip("/") + "/")
+    out: list[str] = []
+    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))] + \
+            [p for p in sys.path if p]:
+        rp = os.path.realpath(p)
+        if not os.path.isdir(rp) or rp == "/" or rp in out:
+            continue
+        if under(rp, ck) and not any(under(rp, x) for x in prefixes):
+            continue
+        out.append(rp)
+    return out
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Drop paths inside another listed path: a recursive bind of the outer one already brings them."""
+    keep: list[str] = []
+    for p in sorted(set(paths), key=len):
+        if not any(p == k or p.startswith(k.rstrip("/") + "/") for k in keep):
+            keep.append(p)
+    return keep
+
+
+def _mkdirs(root: str, path: str) -> str:
+    dst = root + path
+    os.makedirs(dst, mode=0o755, exist_ok=True)
+    return dst
+
+
+def _bind(root: str, path: str, notes: list[str]) -> None:
+    if os.path.isdir(path):
+        dst = _mkdirs(root, path)
+    else:
+        _mkdirs(root, os.path.dirname(path))
+        dst = root + path
+        if not os.path.exists(dst):
+            os.close(os.open(dst, os.O_CREAT | os.O_WRONLY, 0o644))
+    try:
+        _mount(path, dst, None, MS_BIND | MS_REC)
+    except JailError as e:
+        notes.append(str(e))
+
+
+def build(root: str, box: str, python: list[str], hide: list[str], notes: list[str]) -> None:
+    """Make ``root`` (an empty directory) the allow-list root. ``box`` is bound writable at its own path; the
+    rest read-only. Called in the worker's private mount namespace after its PID namespace is entered (the
+    /proc mounted here is that namespace's). Raises JailError when the root cannot be made safe."""
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755")
+    for lib in LIB_DIRS:  # merged-/usr systems: /lib is a symlink to usr/lib; keep it one
+        if os.path.islink(lib):
+            _mkdirs(root, os.path.dirname(lib))
+            os.symlink(os.readlink(lib), root + lib)
+    libs = [d for d in LIB_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    for p in _outermost(python + libs):
+        _bind(root, p, notes)
+    for f in ETC_FILES:
+        if os.path.isfile(f):
+            _bind(root, f, notes)
+    dev = _mkdirs(root, "/dev")
+    for d in DEVICES:
+        if os.path.exists("/dev/" + d):
+            os.close(os.open(f"{dev}/{d}", os.O_CREAT | os.O_WRONLY, 0o644))
+            _mount("/dev/" + d, f"{dev}/{d}", None, MS_BIND)
+    os.symlink("/proc/self/fd", f"{dev}/fd")
+    proc = _mkdirs(root, "/proc")
+    try:
+        _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+    except JailError:
+        _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    for p in hide:  # paths a problem wants hidden that happen to lie under an allowed directory
+        rp = os.path.realpath(p)
+        if os.path.isdir(root + rp):
+            _mount("tmpfs", root + rp, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,nr_inodes=16,mode=0555")
+            notes.append(f"hidden {rp}")
+    _mkdirs(root, box)
+    _set_readonly(root, True, recursive=True)
+    _mount(box, root + box, None, MS_BIND)  # after the read-only pass: the box alone stays writable
+    _mount(None, root + box, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+
+
+def rebind_box(root: str, box: str) -> None:
+    """After the box tmpfs was replaced (a box that could not be cleaned), bind the new one into the root."""
+    _libc.umount2((root + box).encode(), 2)  # MNT_DETACH
+    _mount(box, root + box, None, MS_BIND)
+    _mount(None, root + box, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)

@@ -1,11 +1,13 @@
 """Candidates/second: the warm-worker sandbox vs a fresh `python` subprocess per candidate (the usual
 approach), on the same MBPP problems (reference solutions + their asserts), same parallelism, one run.
 
-    .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3]
+    .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3] [--layer-costs]
 
 It also prints where the sandbox's CPU goes per candidate (this process, the workers, the candidate processes
 they fork) and the workers' and candidates' minor page faults: on a VM the fork's page-table copy and the
 copy-on-write faults after it are most of the cost, which is what to watch when changing the worker.
+With --layer-costs it also runs the sandbox with each isolation layer left off in turn (``SandboxPool(disable=)``)
+and prints what each layer costs per candidate against all layers on, measured in the same run.
 """
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--layer-costs", action="store_true", help="also time the sandbox with each layer off")
     a = ap.parse_args()
     items = load(a.n)
     sb, fr = [], []
@@ -84,13 +87,13 @@ def main() -> None:
         heavy = [p.id for (p, _), w in zip(items, walls) if w > 0.05]
         items = [it for it, w in zip(items, walls) if w <= 0.05]
         for _ in range(a.repeats):
-            pids = [h.proc.pid for h in pool._all]
+            pids = [h.worker_pid for h in pool._all]
             before, cpu = [_proc_usage(p) for p in pids], time.process_time()
             t = time.perf_counter()
             evs = pool.evaluate_many(items)
             sb.append(len(items) / (time.perf_counter() - t))
             usage[0] += time.process_time() - cpu
-            if [h.proc.pid for h in pool._all] == pids:  # no worker was replaced meanwhile
+            if [h.worker_pid for h in pool._all] == pids:  # no worker was replaced meanwhile
                 for u0, u1 in zip(before, [_proc_usage(p) for p in pids]):
                     for k in range(4):
                         usage[1 + k] += u1[k] - u0[k]
@@ -103,7 +106,8 @@ def main() -> None:
     s, f = statistics.median(sb), statistics.median(fr)
     print(f"problems: {len(items)} MBPP (reference solutions), workers: {a.workers}, repeats: {a.repeats}; "
           f"left out (tests alone > 50 ms): {', '.join(heavy) or 'none'}")
-    print(f"isolation: {iso['network']}, {iso['filesystem']}, uid {iso['uid']}")
+    print(f"isolation: {iso['network']}, {iso['filesystem']}, pid namespace {iso.get('pid')}, ipc namespace "
+          f"{iso.get('ipc')}, cgroup {iso.get('cgroup')}, uid {iso['uid']}")
     print(f"sandbox (warm fork):      {s:8.1f} candidates/s  (solved {ok_sb}/{len(items)})")
     print(f"fresh python subprocess:  {f:8.1f} candidates/s  (solved {sum(oks)}/{len(items)})")
     print(f"ratio (medians of {a.repeats} repeats): {s / f:.1f}x  (target >= 10x)")
@@ -111,6 +115,34 @@ def main() -> None:
     print(f"sandbox CPU per candidate: orchestrator {usage[0] / n * 1e3:.2f} ms, workers {usage[1] / n * 1e3:.2f} ms, "
           f"candidate processes {usage[2] / n * 1e3:.2f} ms; minor page faults per candidate: workers "
           f"{usage[3] / n:.0f}, candidate processes {usage[4] / n:.0f} (a fork's cost is mostly these)")
+    if a.layer_costs:
+        layer_costs(items, a.workers, a.repeats)
+
+
+def layer_costs(items, workers: int, repeats: int) -> None:
+    """ms per candidate with every layer on, then with each one off (alternating, medians): the difference is
+    what that layer costs."""
+    from evaluators.isolation import LAYERS
+
+    configs = [()] + [(layer,) for layer in LAYERS]
+    times: dict[tuple, list[float]] = {c: [] for c in configs}
+    pools = {c: SandboxPool(workers=workers, disable=c) for c in configs}
+    try:
+        for p in pools.values():
+            p.evaluate_many(items[:10])
+        for _ in range(repeats):
+            for c, p in pools.items():
+                t = time.perf_counter()
+                p.evaluate_many(items)
+                times[c].append((time.perf_counter() - t) / len(items) * 1e3)
+    finally:
+        for p in pools.values():
+            p.close()
+    base = statistics.median(times[()])
+    print(f"layer costs (wall ms per candidate, {workers} workers, medians of {repeats}): all layers on {base:.3f}")
+    for c in configs[1:]:
+        m = statistics.median(times[c])
+        print(f"  without {c[0]:7s} {m:.3f} ms  -> the layer costs {base - m:+.3f} ms per candidate")
 
 
 if __name__ == "__main__":

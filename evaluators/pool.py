@@ -228,9 +228,11 @@ class SandboxPool:
             by_fd[fd] = h
             poller.register(fd, select.POLLIN)
 
-        def fail(h: _WorkerHandle, why: str) -> None:
+        def fail(h: _WorkerHandle, why: str, started: bool = True) -> None:
+            """Replace h. started: its head job was running (it is reported killed); else every queued job goes
+            back to the queue (a worker that retired itself after its last answer)."""
             queued = flight.pop(h)
-            if queued:
+            if queued and started:
                 res[queued.popleft()] = {"killed": why}
                 todo.extendleft(reversed(queued))
             fd = next(f for f, x in by_fd.items() if x is h)
@@ -287,6 +289,9 @@ class SandboxPool:
                             break
                         res[flight[h].popleft()] = msg
                         since[h] = time.monotonic()
+                        if msg.get("retire"):  # its box could not be cleaned: it exits after this answer
+                            fail(h, "worker retired", started=False)
+                            break
                         if not h.rx.poll(0):
                             break
                     if h in flight:

@@ -42,6 +42,7 @@ class Worker:
             os.mkdir(self.box, 0o711)
         os.chdir("/")
         self.n = 0
+        self.retire = False  # set when the box cannot be cleaned: answer, then exit so the pool starts a fresh one
         for name in opts.get("preload", []):
             try:
                 __import__(name)
@@ -57,7 +58,8 @@ class Worker:
         self.n += 1
         workdir = self.workdir
         if os.path.lexists(workdir) and not self._clean(workdir):
-            return {"worker_error": "candidate box could not be cleaned"}
+            self.retire = True
+            return {"worker_error": "candidate box could not be cleaned", "retire": True}
         os.mkdir(workdir, 0o700)
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)
@@ -113,11 +115,13 @@ class Worker:
                     os.close(fd)
                 except OSError:
                     pass
-            if not self._clean(workdir):
-                res = {"worker_error": "candidate box could not be cleaned"}
+            if not self._clean(workdir):  # the result stands; this worker is replaced after sending it
+                self.retire = True
             isolation.clear_ipc(self.iso)
         if cg is not None and res.get("signal") == signal.SIGKILL and cg.oom_kills() > ooms:
             res["oom_kill"] = True
+        if self.retire:
+            res["retire"] = True
         res["wall"] = round(time.monotonic() - t0, 6)
         return res
 
@@ -422,6 +426,8 @@ def main() -> None:
         except (ValueError, TypeError, RecursionError) as e:
             data = json.dumps({"worker_error": f"unencodable result: {type(e).__name__}"}).encode()
         cout.send_bytes(data)
+        if worker.retire:
+            break
 
 
 if __name__ == "__main__":

@@ -347,6 +347,29 @@ def _says(ev, needle: str) -> bool:
 root_only = __import__("pytest").mark.skipif(os.geteuid() != 0, reason="the jail needs root")
 
 
+def _host_ipc() -> dict:
+    out = {}
+    for k in ("shm", "msg", "sem"):
+        try:
+            out[k] = open(f"/proc/sysvipc/{k}").read()
+        except OSError:
+            out[k] = None
+    return out
+
+
+@__import__("pytest").fixture(autouse=True)
+def _nothing_left_behind():
+    """After every test here: no process of a sandbox uid (its pools are closed by then) and the host's SysV
+    IPC tables as they were."""
+    ipc = _host_ipc()
+    yield
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+    assert _host_ipc() == ipc
+
+
 @root_only
 def test_jail_layers_are_active():
     with SandboxPool(workers=1) as pool:

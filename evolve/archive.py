@@ -493,21 +493,49 @@ class Archive:
         Every recorded group is complete: it was written in the same transaction as its completions."""
         if limit <= 0:
             return []
-        sql = 'SELECT id, problem, island, iteration, parent_id, prompt, policy_version, n, m FROM "groups"'
+        sql = 'SELECT id FROM "groups"'
         params: list[Any] = []
         if problem is not None:
             sql += " WHERE problem = ?"
             params.append(problem)
-        groups = self._query(sql + " ORDER BY id DESC LIMIT ?", params + [limit])[::-1]
-        if not groups:
+        ids = [r[0] for r in self._query(sql + " ORDER BY id DESC LIMIT ?", params + [limit])][::-1]
+        return self.groups_by_id(ids)
+
+    def group_ids(self) -> list[int]:
+        """Every group id, oldest first (the replay buffer draws from these)."""
+        return [r[0] for r in self._query('SELECT id FROM "groups" ORDER BY id')]
+
+    def groups_by_id(self, ids: list[int]) -> list[GroupRow]:
+        """Groups with their completions, in the order of ``ids`` (unknown ids are skipped)."""
+        if not ids:
             return []
-        ids = [g[0] for g in groups]
         marks = ",".join("?" * len(ids))
-        by_group: dict[int, list[CompletionRow]] = {i: [] for i in ids}
+        rows = {g[0]: g for g in self._query('SELECT id, problem, island, iteration, parent_id, prompt, '
+                                             f'policy_version, n, m FROM "groups" WHERE id IN ({marks})', ids)}
+        by_group: dict[int, list[CompletionRow]] = {i: [] for i in rows}
         for r in self._query(f"SELECT {_COMPLETION_COLS} FROM completions WHERE group_id IN ({marks}) "
                              "ORDER BY group_id, idx", ids):
             by_group[r[1]].append(_completion_row(r))
-        return [GroupRow(*g, completions=tuple(by_group[g[0]])) for g in groups]
+        return [GroupRow(*rows[i], completions=tuple(by_group[i])) for i in ids if i in rows]
+
+    def new_answers(self, completion_ids: list[int]) -> dict[int, set[int]]:
+        """completion id → indices of its answers that were archived as new programs (an answer that reproduced
+        a known program, or an earlier answer of its group, has no program row of its own)."""
+        out: dict[int, set[int]] = {c: set() for c in completion_ids}
+        if not completion_ids:
+            return out
+        marks = ",".join("?" * len(completion_ids))
+        for cid, idx in self._query(f"SELECT completion_id, answer_index FROM programs WHERE completion_id IN "
+                                    f"({marks}) AND answer_index IS NOT NULL", completion_ids):
+            out[cid].add(int(idx))
+        return out
+
+    def program_vectors(self, ids: list[int]) -> dict[int, list[float]]:
+        if not ids:
+            return {}
+        marks = ",".join("?" * len(ids))
+        return {i: json.loads(v) for i, v in self._query(f"SELECT id, vector FROM programs WHERE id IN ({marks})",
+                                                          ids)}
 
     def metrics_rows(self) -> list[MetricsRow]:
         return [MetricsRow(i, json.loads(d)) for i, d in self._query("SELECT iteration, data FROM metrics "

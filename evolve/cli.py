@@ -73,9 +73,13 @@ def cmd_problems_check(args) -> int:
     from problems.registry import load_tree
 
     errors: list[ProblemError] = []
+    from problems.suites import SUITES
+
     target = Path(args.target)
     if target.exists():
         probs = load_tree(target, errors)
+    elif args.target in SUITES:  # a built-in suite by name: every problem of it
+        probs = SUITES[args.target]()
     else:
         probs = [_registry(args).resolve(args.target)]
     from problems.check import check_many
@@ -354,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", default=".")
     p.set_defaults(fn=cmd_problems_new)
     p = psub.add_parser("check")
-    p.add_argument("target", metavar="ID|PATH")
+    p.add_argument("target", metavar="ID|PATH|SUITE")
     p.add_argument("--json", action="store_true")
     p.add_argument("--workers", type=int, default=2)
     pdir(p)

@@ -3,6 +3,8 @@
 * ``pbe``         programming by example: ``N_TRAIN`` train + ``N_HELDOUT`` held-out problems (``pbe.DEFAULT_SEED``)
 * ``pbe-train``   the train part only
 * ``pbe-heldout`` the held-out part only (shapes never used in train; see problems/suites/pbe.py)
+* ``pbe-hard``    harder programming by example (3-4 step compositions, 14-18 tests, seeds two edits away):
+                  ``N_HARD_TRAIN`` train + ``N_HARD_HELDOUT`` held-out; ``pbe-hard-train``, ``pbe-hard-heldout``
 * ``sr``          symbolic regression on the embedded classic formulas (Nguyen-1..12, Koza-1..3, Keijzer)
 * ``sr-classic``  the full shared DSO table (268 rows) when ``shared/data/sr_classic`` exists, else ``sr``
 """
@@ -12,8 +14,8 @@ import logging
 from typing import Callable
 
 from ..model import Problem
-from .pbe import (DEFAULT_SEED, N_HELDOUT, N_TRAIN, fingerprint, generate_pbe, heldout_signatures,
-                  is_heldout_equivalent, pbe_suite, pbe_targets)
+from .pbe import (DEFAULT_SEED, N_HARD_HELDOUT, N_HARD_TRAIN, N_HELDOUT, N_TRAIN, fingerprint, generate_pbe,
+                  heldout_signatures, is_heldout_equivalent, pbe_hard_suite, pbe_suite, pbe_targets)
 from .sr import find_shared, generate_sr, sr_from_shared
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,9 @@ SUITES: dict[str, Callable[[], list[Problem]]] = {
     "pbe": lambda: pbe_suite(),
     "pbe-train": lambda: generate_pbe(N_TRAIN, DEFAULT_SEED, "train"),
     "pbe-heldout": lambda: generate_pbe(N_HELDOUT, DEFAULT_SEED, "heldout"),
+    "pbe-hard": lambda: pbe_hard_suite(),
+    "pbe-hard-train": lambda: generate_pbe(N_HARD_TRAIN, DEFAULT_SEED, "train", "hard"),
+    "pbe-hard-heldout": lambda: generate_pbe(N_HARD_HELDOUT, DEFAULT_SEED, "heldout", "hard"),
     "sr": lambda: generate_sr(),
     "sr-classic": _sr_classic,
 }
@@ -41,4 +46,4 @@ def builtin_problems() -> list[Problem]:
 
 
 __all__ = ["SUITES", "builtin_problems", "generate_pbe", "generate_sr", "sr_from_shared", "pbe_targets",
-           "heldout_signatures", "is_heldout_equivalent", "fingerprint", "pbe_suite"]
+           "heldout_signatures", "is_heldout_equivalent", "fingerprint", "pbe_suite", "pbe_hard_suite"]

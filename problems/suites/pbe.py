@@ -57,6 +57,9 @@ from ..model import CallCase, Problem
 DEFAULT_SEED = 7
 N_TRAIN = 16
 N_HELDOUT = 8
+N_HARD_TRAIN = 24
+N_HARD_HELDOUT = 12
+LEVELS = ("std", "hard")   # hard: 3-4 step compositions, 14-18 tests, every seed two edits away
 HELDOUT_POOL = 32          # held-out stream prefix the train stream is kept away from
 HELDOUT_MODULUS = 5        # ~1 in 5 multi-step shapes is held out
 FAMILIES = ("int", "list", "reduce")
@@ -279,8 +282,11 @@ def _reducer(rng: random.Random) -> Step:
     return Step("reduce", name, pred=_pred(rng) if name == "count" else None)
 
 
-def sample_composition(rng: random.Random, family: str, split: str) -> list[Step]:
-    n = _wchoice(rng, (1, 2, 3), (3, 5, 2) if split == "train" else (0, 7, 3))
+def sample_composition(rng: random.Random, family: str, split: str, level: str = "std") -> list[Step]:
+    if level == "hard":
+        n = _wchoice(rng, (3, 4), (6, 4))
+    else:
+        n = _wchoice(rng, (1, 2, 3), (3, 5, 2) if split == "train" else (0, 7, 3))
     if family == "int":
         return [Step("int", op=_op(rng)) for _ in range(n)]
     if family == "list":
@@ -635,7 +641,7 @@ def _fmt_call(x: Any, y: Any) -> str:
 
 
 def _build(rng: random.Random, family: str, steps: list[Step], index: int, split: str, seed: int,
-           hard: bool, taken: set, guards: list["HeldoutGuard"]) -> Problem | None:
+           hard: bool, taken: set, guards: list["HeldoutGuard"], level: str = "std") -> Problem | None:
     shapes = [s.shape() for s in steps]
     if any(a == b for a, b in zip(shapes, shapes[1:])):
         return None                                       # x + 2 + 3, xs[2:][1:]: one step in disguise
@@ -674,7 +680,7 @@ def _build(rng: random.Random, family: str, steps: list[Step], index: int, split
             break
     if seed_steps is None:
         return None
-    n_tests = rng.randint(8, 12)
+    n_tests = rng.randint(14, 18) if level == "hard" else rng.randint(8, 12)
     idx = _select_tests(rng, pool, n_edges, target, [seed_out] + subs, n_tests)
     if sum(not _same(seed_out[i], target[i]) for i in idx) < 2:
         return None
@@ -687,13 +693,14 @@ def _build(rng: random.Random, family: str, steps: list[Step], index: int, split
     taken.add(fp)
     num = index if split == "train" else 1000 + index
     title = " -> ".join(s.short() for s in steps)
+    prefix, suite = ("hard-", "pbe-hard") if level == "hard" else ("", "pbe")
     return Problem(
-        id=f"pbe/{family}-{num}", seed_code=wrap_block(render(family, seed_steps)), tests=tests, title=title,
-        description=desc, entry_point="f", reference_code=target_src, suite="pbe", split=split,
+        id=f"pbe/{prefix}{family}-{num}", seed_code=wrap_block(render(family, seed_steps)), tests=tests,
+        title=title, description=desc, entry_point="f", reference_code=target_src, suite=suite, split=split,
         solved_rule="all", time_limit=5.0,
         meta={"family": family, "shape": shape_key(family, steps), "n_steps": len(steps),
               "seed_kind": seed_kind, "difficulty": "hard" if hard else "easy", "pbe_seed": seed,
-              "fingerprint": fp})
+              "fingerprint": fp, "level": level})
 
 
 # ---------------------------------------------------------------------------------------------- streams
@@ -738,23 +745,27 @@ def _eq(got: Any, want: Any) -> bool:
 
 
 @lru_cache(maxsize=16)
-def _stream(seed: int, split: str, n: int) -> tuple[Problem, ...]:
+@lru_cache(maxsize=16)
+def _stream(seed: int, split: str, n: int, level: str = "std") -> tuple[Problem, ...]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r} (expected one of {SPLITS})")
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r} (expected one of {LEVELS})")
     guards: list[HeldoutGuard] = []
-    if split == "train":
-        guards = [_guard(seed)] + ([_guard(DEFAULT_SEED)] if seed != DEFAULT_SEED else [])
-    rng = random.Random(f"vevo-pbe:{seed}:{split}")
+    if split == "train":  # the hard train stream stays away from the held-out targets of both levels
+        seeds = [seed] + ([DEFAULT_SEED] if seed != DEFAULT_SEED else [])
+        guards = [_guard(s, lv) for s in seeds for lv in (LEVELS if level == "hard" else ("std",))]
+    rng = random.Random(f"vevo-pbe:{seed}:{split}" + (f":{level}" if level != "std" else ""))
     taken: set[str] = set()
     out: list[Problem] = []
     while len(out) < n:
         i = len(out)
-        family, hard = FAMILIES[i % len(FAMILIES)], i % 4 == 3
+        family, hard = FAMILIES[i % len(FAMILIES)], level == "hard" or i % 4 == 3
         for _ in range(4000):
-            steps = sample_composition(rng, family, split)
+            steps = sample_composition(rng, family, split, level)
             if shape_split(family, steps) != split:
                 continue
-            p = _build(rng, family, steps, i, split, seed, hard, taken, guards)
+            p = _build(rng, family, steps, i, split, seed, hard, taken, guards, level)
             if p is not None:
                 out.append(p)
                 break
@@ -764,18 +775,19 @@ def _stream(seed: int, split: str, n: int) -> tuple[Problem, ...]:
 
 
 @lru_cache(maxsize=8)
-def _guard(seed: int) -> HeldoutGuard:
-    return HeldoutGuard(list(_stream(seed, "heldout", HELDOUT_POOL)))
+def _guard(seed: int, level: str = "std") -> HeldoutGuard:
+    return HeldoutGuard(list(_stream(seed, "heldout", HELDOUT_POOL, level)))
 
 
-def generate_pbe(n: int, seed: int = DEFAULT_SEED, split: str = "train") -> list[Problem]:
+def generate_pbe(n: int, seed: int = DEFAULT_SEED, split: str = "train", level: str = "std") -> list[Problem]:
     """The first n problems of the split's deterministic stream for this seed (a prefix is stable: n=8 gives the
-    first 8 of n=16). Held-out n is capped at HELDOUT_POOL (the prefix the train stream is kept away from)."""
+    first 8 of n=16). Held-out n is capped at HELDOUT_POOL (the prefix the train stream is kept away from).
+    level "hard": 3-4 step compositions with 14-18 tests and seeds two edits away (suite ``pbe-hard``)."""
     if split == "heldout" and n > HELDOUT_POOL:
         raise ValueError(f"at most {HELDOUT_POOL} held-out problems per seed")
     if n <= 0:
         return []
-    src = _stream(seed, split, HELDOUT_POOL)[:n] if split == "heldout" else _stream(seed, split, n)
+    src = _stream(seed, split, HELDOUT_POOL, level)[:n] if split == "heldout" else _stream(seed, split, n, level)
     return copy.deepcopy(list(src))
 
 
@@ -801,3 +813,8 @@ def is_heldout_equivalent(code: str, seed: int = DEFAULT_SEED) -> bool:
 
 def pbe_suite(seed: int = DEFAULT_SEED, n_train: int = N_TRAIN, n_heldout: int = N_HELDOUT) -> list[Problem]:
     return generate_pbe(n_train, seed, "train") + generate_pbe(n_heldout, seed, "heldout")
+
+
+def pbe_hard_suite(seed: int = DEFAULT_SEED, n_train: int = N_HARD_TRAIN,
+                   n_heldout: int = N_HARD_HELDOUT) -> list[Problem]:
+    return generate_pbe(n_train, seed, "train", "hard") + generate_pbe(n_heldout, seed, "heldout", "hard")

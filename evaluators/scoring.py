@@ -65,6 +65,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
     syntax = load_err = None
     seen: set[int] = set()
     for rec in records:
+        if not isinstance(rec, dict):
+            continue
         t = rec.get("t")
         if t == "syntax_error":
             syntax = str(rec.get("msg", ""))
@@ -79,7 +81,7 @@ def score(problem: Problem, raw: dict) -> Evaluation:
             if not isinstance(i, int) or not 0 <= i < n or i in seen:
                 continue  # forged or repeated records count for nothing
             seen.add(i)
-            s, err = _case_score(problem, i, rec)
+            s, err = _guarded_case_score(problem, i, rec)
             vec[i] = s
             mem_err |= bool(rec.get("mem"))
             if s < 1.0:
@@ -121,10 +123,19 @@ def _looks_oom(raw: dict) -> bool:
     return "MemoryError" in raw.get("stderr_tail", "")
 
 
+def _guarded_case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
+    """A result the parent cannot even score (a value whose conversion raises) fails that test only."""
+    try:
+        return _case_score(problem, i, rec)
+    except Exception as e:
+        return 0.0, f"{problem.test_label(i)}: unscorable result ({type(e).__name__})"
+
+
 def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
     test = problem.tests[i]
     if "err" in rec:
-        return 0.0, f"{problem.test_label(i)}: {rec['err']}"
+        err = rec["err"]
+        return 0.0, f"{problem.test_label(i)}: {_short(err) if isinstance(err, str) else values.safe_repr(err)}"
     if isinstance(test, CallCase):
         if "v" not in rec:
             return 0.0, ""
@@ -133,13 +144,13 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
         except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
             return 0.0, f"{problem.test_label(i)}: undecodable result"
         ok = values.values_equal(got, test.expected, rel_tol=problem.float_tol, abs_tol=problem.float_tol * 1e-3)
-        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(got))}")
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {values.safe_repr(got)}")
     if isinstance(test, StdioCase):
         out = rec.get("out")
         if not isinstance(out, str):
             return 0.0, ""
         ok = normalise_stdout(out) == normalise_stdout(test.stdout) and not rec.get("signal")
-        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(out))}")
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {values.safe_repr(out)}")
     if isinstance(test, PointsCase):
         vs = rec.get("vs")
         if not isinstance(vs, list) or len(vs) != len(test.outputs):
@@ -161,10 +172,10 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
     except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
         return 0.0, f"{problem.test_label(i)}: undecodable result"
     ok = verdict(sp, got, problem.setup_code)
-    return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: failed with {_short(repr(got))}")
+    return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: failed with {values.safe_repr(got)}")
 
 
-def _short(s: str, n: int = 80) -> str:
+def _short(s: str, n: int = 300) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 

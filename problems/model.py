@@ -128,8 +128,9 @@ class Problem:
         if t.label:
             return t.label
         if isinstance(t, CallCase):
-            args = ", ".join([_short(repr(a)) for a in t.args] + [f"{k}={_short(repr(v))}" for k, v in t.kwargs.items()])
-            return f"{self.entry_point}({args}) == {_short(repr(t.expected))}"
+            args = ", ".join([values.safe_repr(a, 60) for a in t.args] +
+                             [f"{k}={values.safe_repr(v, 60)}" for k, v in t.kwargs.items()])
+            return f"{self.entry_point}({args}) == {values.safe_repr(t.expected, 60)}"
         if isinstance(t, StdioCase):
             return f"stdin {_short(repr(t.stdin))} -> stdout {_short(repr(t.stdout))}"
         if isinstance(t, AssertCase):

@@ -371,6 +371,7 @@ def check_archive_file(path: Path) -> None:
 
 @contextmanager
 def _raw_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception, with SQLite's own errors."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
@@ -381,7 +382,7 @@ def _raw_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 @contextmanager
-def _locked_transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+def _checked_transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
     """_raw_transaction whose storage failures become one-line ArchiveErrors naming the file. A failed
     ROLLBACK (SQLite may already have rolled back after a full disk) must not hide the first error."""
     try:
@@ -450,7 +451,7 @@ class Archive:
         try:
             conn = self._connect(tmp, durable)
             try:
-                with _locked_transaction(conn, tmp) as c:
+                with _checked_transaction(conn, tmp) as c:
                     _create_schema(c)
             finally:
                 conn.close()
@@ -512,7 +513,7 @@ class Archive:
                 with _raw_transaction(self._conn) as c:
                     yield c
                 return
-            with _locked_transaction(self._conn, self.path) as c:
+            with _checked_transaction(self._conn, self.path) as c:
                 yield c
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:

@@ -104,8 +104,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
         status = "timeout"
     elif load_err is not None:
         status = "memory" if load_err.get("mem") else "crash"
-        arts["error"] = load_err.get("exc", "")
-        arts["traceback"] = load_err.get("tb", "")
+        arts["error"] = _text(load_err.get("exc", ""), 300)
+        arts["traceback"] = _text(load_err.get("tb", ""), 1500)
     elif not done:
         status = "killed" if sig == signal.SIGKILL else ("memory" if _looks_oom(raw) else "crash")
         arts["exit"] = f"signal {sig}" if sig else f"exit code {raw.get('exit_code')}"
@@ -179,6 +179,22 @@ def _short(s: str, n: int = 300) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+def _text(v: Any, n: int) -> str:
+    """A record field shown as text: strings cut to n characters, anything else through safe_repr."""
+    return _short(v, n) if isinstance(v, str) else values.safe_repr(v, n)
+
+
+def _finite_float(v: Any) -> float | None:
+    """A metric's value if it is a finite number (an int too large for a float is not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     """Numeric metrics → the vector (their order as returned); combined_score (or their mean) → scalar."""
     recs = raw.get("records", [])
@@ -197,13 +213,13 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
             status = "syntax_error"
         elif load is not None:
             status = "memory" if load.get("mem") else "crash"
-            arts["error"], arts["traceback"] = load.get("exc", ""), load.get("tb", "")
+            arts["error"], arts["traceback"] = _text(load.get("exc", ""), 300), _text(load.get("tb", ""), 1500)
         else:
             status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
         return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
-    metrics = {str(k): float(v) for k, v in oe["metrics"].items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
-    arts.update({str(k): str(v) for k, v in (oe.get("artifacts") or {}).items()})
+    metrics = {_text(k, 200): f for k, f in ((k, _finite_float(v)) for k, v in oe["metrics"].items()) if f is not None}
+    extra = oe.get("artifacts")
+    arts.update({_text(k, 200): _text(v, 4000) for k, v in (extra.items() if isinstance(extra, dict) else ())})
     arts["metrics"] = metrics
     keys = [k for k in metrics if k != "combined_score"] or list(metrics)
     vec = [metrics[k] for k in keys]

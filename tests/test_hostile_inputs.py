@@ -355,3 +355,21 @@ def test_eval_timeout_1e400_is_a_one_line_cli_error(problem_dir, tmp_path):
     prog = tmp_path / "p.py"
     prog.write_text("def solve(xs):\n    return 0\n")
     one_line_error(cli("eval-program", str(problem_dir), str(prog), "--timeout", "inf"), "--timeout")
+
+
+def test_forged_openevolve_and_load_error_records_are_bounded(tmp_path):
+    from problems.openevolve import load_openevolve
+
+    folder = tmp_path / "oe"
+    folder.mkdir()
+    (folder / "initial_program.py").write_text("def value():\n    return 0.1\n")
+    (folder / "evaluator.py").write_text("def evaluate(path):\n    return {'combined_score': 0.0}\n")
+    p = load_openevolve(folder)
+    oe = {"t": "oe", "metrics": {"combined_score": 0.5, "huge": 2**20000, "nan": float("nan"), "s": "1"},
+          "artifacts": {"deep": [[[[[[[[[[1]]]]]]]]]], "big": 2**20000, "long": "x" * 10**6}}
+    ev = score(p, {"records": [oe]})
+    assert ev.status == "ok" and ev.artifacts["metrics"] == {"combined_score": 0.5}
+    assert ev.artifacts["big"] == "<int of 20001 bits>" and len(ev.artifacts["long"]) == 4000
+    ev = score(p, {"records": [{"t": "load_error", "exc": {"forged": [2**20000]}, "tb": "t" * 10**6}]})
+    assert ev.status == "crash" and ev.artifacts["error"] == "{'forged': [<int of 20001 bits>]}"
+    assert len(ev.artifacts["traceback"]) == 1500

@@ -67,6 +67,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
     syntax = load_err = None
     seen: set[int] = set()
     for rec in records:
+        if not isinstance(rec, dict):
+            continue
         t = rec.get("t")
         if t == "syntax_error":
             syntax = str(rec.get("msg", ""))
@@ -81,7 +83,7 @@ def score(problem: Problem, raw: dict) -> Evaluation:
             if not isinstance(i, int) or not 0 <= i < n or i in seen:
                 continue  # forged or repeated records count for nothing
             seen.add(i)
-            s, err = _case_score(problem, i, rec)
+            s, err = _guarded_case_score(problem, i, rec)
             vec[i] = s
             mem_err |= bool(rec.get("mem"))
             if s < 1.0:
@@ -104,8 +106,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
         status = "timeout"
     elif load_err is not None:
         status = "memory" if load_err.get("mem") else "crash"
-        arts["error"] = load_err.get("exc", "")
-        arts["traceback"] = load_err.get("tb", "")
+        arts["error"] = _text(load_err.get("exc", ""), 300)
+        arts["traceback"] = _text(load_err.get("tb", ""), 1500)
     elif not done:
         status = "memory" if _looks_oom(raw) else ("killed" if sig == signal.SIGKILL else "crash")
         arts["exit"] = f"signal {sig}" if sig else f"exit code {raw.get('exit_code')}"
@@ -124,10 +126,19 @@ def _looks_oom(raw: dict) -> bool:
     return bool(raw.get("oom_kill")) or "MemoryError" in raw.get("stderr_tail", "")
 
 
+def _guarded_case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
+    """A result the parent cannot even score (a value whose conversion raises) fails that test only."""
+    try:
+        return _case_score(problem, i, rec)
+    except Exception as e:
+        return 0.0, f"{problem.test_label(i)}: unscorable result ({type(e).__name__})"
+
+
 def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
     test = problem.tests[i]
     if "err" in rec:
-        return 0.0, f"{problem.test_label(i)}: {rec['err']}"
+        err = rec["err"]
+        return 0.0, f"{problem.test_label(i)}: {_short(err) if isinstance(err, str) else values.safe_repr(err)}"
     if isinstance(test, CallCase):
         if "v" not in rec:
             return 0.0, ""
@@ -136,13 +147,13 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
         except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
             return 0.0, f"{problem.test_label(i)}: undecodable result"
         ok = values.values_equal(got, test.expected, rel_tol=problem.float_tol, abs_tol=problem.float_tol * 1e-3)
-        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(got))}")
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {values.safe_repr(got)}")
     if isinstance(test, StdioCase):
         out = rec.get("out")
         if not isinstance(out, str):
             return 0.0, ""
         ok = normalise_stdout(out) == normalise_stdout(test.stdout) and not rec.get("signal")
-        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {_short(repr(out))}")
+        return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {values.safe_repr(out)}")
     if isinstance(test, PointsCase):
         vs = rec.get("vs")
         if not isinstance(vs, list) or len(vs) != len(test.outputs):
@@ -164,11 +175,27 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
     except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
         return 0.0, f"{problem.test_label(i)}: undecodable result"
     ok = verdict(sp, got, problem.setup_code)
-    return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: failed with {_short(repr(got))}")
+    return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: failed with {values.safe_repr(got)}")
 
 
-def _short(s: str, n: int = 80) -> str:
+def _short(s: str, n: int = 300) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _text(v: Any, n: int) -> str:
+    """A record field shown as text: strings cut to n characters, anything else through safe_repr."""
+    return _short(v, n) if isinstance(v, str) else values.safe_repr(v, n)
+
+
+def _finite_float(v: Any) -> float | None:
+    """A metric's value if it is a finite number (an int too large for a float is not)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
@@ -189,15 +216,15 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
             status = "syntax_error"
         elif load is not None:
             status = "memory" if load.get("mem") else "crash"
-            arts["error"], arts["traceback"] = load.get("exc", ""), load.get("tb", "")
+            arts["error"], arts["traceback"] = _text(load.get("exc", ""), 300), _text(load.get("tb", ""), 1500)
         elif _looks_oom(raw):
             status = "memory"
         else:
             status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
         return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
-    metrics = {str(k): float(v) for k, v in oe["metrics"].items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
-    arts.update({str(k): str(v) for k, v in (oe.get("artifacts") or {}).items()})
+    metrics = {_text(k, 200): f for k, f in ((k, _finite_float(v)) for k, v in oe["metrics"].items()) if f is not None}
+    extra = oe.get("artifacts")
+    arts.update({_text(k, 200): _text(v, 4000) for k, v in (extra.items() if isinstance(extra, dict) else ())})
     arts["metrics"] = metrics
     keys = [k for k in metrics if k != "combined_score"] or list(metrics)
     vec = [metrics[k] for k in keys]

@@ -17,8 +17,10 @@ busy disk), so it is opt-in (config ``archive_sync: full``).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -33,6 +35,12 @@ from evaluators.types import Evaluation
 from proposer.base import Completion, SamplingParams
 
 SCHEMA_VERSION = "2"  # 2: checkpoints became the incremental `state` table
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be read or written (not a vevo archive, corrupt, disk full): one line naming the
+    file. A ValueError, as the checks it replaced were."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS "groups"(
@@ -133,7 +141,31 @@ def _floats(vector: Sequence[float] | np.ndarray) -> list[float]:
 
 
 def code_hash(code: str) -> str:
-    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _escape_text(text: str) -> str:
+    """Text SQLite can store: lone surrogates (a tokenizer decode or a JSON '\\ud800' makes them) become
+    backslash escapes. Applied only after a plain write failed, so ordinary text costs nothing."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _escaped_groups(groups: Sequence["GroupRecord"]) -> list["GroupRecord"]:
+    return [dataclasses.replace(g, problem=_escape_text(g.problem), prompt=_escape_text(g.prompt), completions=[
+        dataclasses.replace(c, text=_escape_text(c.text), finish_reason=_escape_text(c.finish_reason))
+        for c in g.completions]) for g in groups]
+
+
+def _escaped_programs(programs: Sequence["ProgramRecord"]) -> list["ProgramRecord"]:
+    return [dataclasses.replace(p, problem=_escape_text(p.problem), code=_escape_text(p.code),
+                                evaluation=dataclasses.replace(p.evaluation, status=_escape_text(p.evaluation.status)))
+            for p in programs]
+
+
+def _is_storage_error(e: BaseException) -> bool:
+    """Corrupt file, not a database, disk full, I/O error, locked: the file's fault, not the code's (an
+    IntegrityError or a ProgrammingError stays a bug with its traceback)."""
+    return type(e) in (sqlite3.DatabaseError, sqlite3.OperationalError)
 
 
 # ---------------------------------------------------------------------------------------------- records (in)
@@ -306,6 +338,75 @@ def _completion_row(r: tuple) -> CompletionRow:
 
 # ------------------------------------------------------------------------------------------------ archive
 
+def _create_schema(c: sqlite3.Connection) -> None:
+    for stmt in _SCHEMA.split(";"):
+        if stmt.strip():
+            c.execute(stmt)
+    c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
+
+
+def check_archive_file(path: Path) -> None:
+    """Refuse to continue a file that cannot be an archive this code wrote (archives are created whole, see
+    Archive._create): empty, not SQLite, or SQLite without vevo's tables. Read-only, so a refused file is
+    left exactly as it was."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError as e:
+        raise ArchiveError(f"{path}: cannot read archive: {e.strerror}") from None
+    if not head:
+        raise ArchiveError(f"{path}: empty file, not a vevo archive; refusing to start a new run over it")
+    if head != _SQLITE_MAGIC:
+        raise ArchiveError(f"{path}: not a vevo archive (not an SQLite file)")
+    conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=30)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as e:
+        raise ArchiveError(f"{path}: not a readable vevo archive ({e})") from None
+    finally:
+        conn.close()
+    if not {"programs", "groups", "metrics", "meta"} <= tables:
+        raise ArchiveError(f"{path}: not a vevo archive (SQLite without vevo's tables); refusing to write into it")
+
+
+@contextmanager
+def _raw_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception, with SQLite's own errors."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+@contextmanager
+def _checked_transaction(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """_raw_transaction whose storage failures become one-line ArchiveErrors naming the file. A failed
+    ROLLBACK (SQLite may already have rolled back after a full disk) must not hide the first error."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.DatabaseError:
+                pass
+            raise
+        conn.execute("COMMIT")
+    except sqlite3.DatabaseError as e:
+        if not _is_storage_error(e):
+            raise
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.DatabaseError:
+                pass
+        raise ArchiveError(f"{path}: cannot write archive: {e}") from None
+
+
 class Archive:
     """Append-only SQLite archive of one campaign. Opening an existing file continues it.
 
@@ -318,25 +419,63 @@ class Archive:
         if readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no archive at {self.path}")
-            self._conn, tables = self._open_readonly()
+            try:
+                self._conn, tables = self._open_readonly()
+            except sqlite3.DatabaseError as e:
+                raise ArchiveError(f"{self.path}: not a readable vevo archive ({e})") from None
             if not {"programs", "groups", "metrics", "meta"} <= tables:
                 self._conn.close()
-                raise ValueError(f"{self.path} is not a vevo archive")
+                raise ArchiveError(f"{self.path}: not a vevo archive (no vevo tables)")
             self.version = self.get_meta("archive_version", "1")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None, check_same_thread=False)
-        mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise RuntimeError(f"{self.path}: SQLite refused WAL mode (got {mode})")
-        self._conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        with self._transaction() as c:
-            for stmt in _SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
-            c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
-        self.version = self.get_meta("archive_version")
+        if not self.path.exists():
+            self._create(durable)
+        else:
+            check_archive_file(self.path)
+        self._conn = self._connect(self.path, durable)
+        try:
+            with self._transaction() as c:
+                _create_schema(c)
+            self.version = self.get_meta("archive_version")
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create(self, durable: bool) -> None:
+        """A new archive appears complete or not at all: built under a temporary name, then renamed, so an
+        archive.db that exists is always a vevo archive (and an empty one is someone else's damage)."""
+        tmp = self.path.with_name(self.path.name + ".new")
+        for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
+            stale.unlink(missing_ok=True)
+        try:
+            conn = self._connect(tmp, durable)
+            try:
+                with _checked_transaction(conn, tmp) as c:
+                    _create_schema(c)
+            finally:
+                conn.close()
+            os.replace(tmp, self.path)
+        except sqlite3.DatabaseError as e:
+            tmp.unlink(missing_ok=True)
+            raise ArchiveError(f"{self.path}: cannot create archive: {e}") from None
+
+    @staticmethod
+    def _connect(path: Path, durable: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), timeout=30, isolation_level=None, check_same_thread=False)
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise RuntimeError(f"{path}: SQLite refused WAL mode (got {mode})")
+            conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            conn.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise ArchiveError(f"{path}: not a usable vevo archive ({e})") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     # -- plumbing
     def _open_readonly(self) -> tuple[sqlite3.Connection, set[str]]:
@@ -367,19 +506,24 @@ class Archive:
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception (including KeyboardInterrupt)."""
+        """BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any exception (including KeyboardInterrupt). A writer's
+        storage failure (disk full, I/O error, corrupt file) is an ArchiveError; the last commit stays intact."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+            if self.readonly:  # a write through a read-only archive is the caller's bug: keep SQLite's error
+                with _raw_transaction(self._conn) as c:
+                    yield c
+                return
+            with _checked_transaction(self._conn, self.path) as c:
+                yield c
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as e:
+                if not _is_storage_error(e):
+                    raise
+                raise ArchiveError(f"{self.path}: cannot read archive: {e}") from None
 
     # -- writing
     def record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
@@ -387,7 +531,17 @@ class Archive:
         """Write one whole iteration atomically; returns the new program ids in the order of `programs`.
 
         Iterations must increase. Programs get consecutive eval_index values after those already recorded.
-        state: the checkpoint entries that changed (name -> JSON value), each replacing its previous value."""
+        state: the checkpoint entries that changed (name -> JSON value), each replacing its previous value.
+        Text SQLite cannot encode (lone surrogates) is stored escaped; the failed attempt was rolled back."""
+        try:
+            return self._record_iteration(iteration, groups, programs, metrics, state)
+        except UnicodeEncodeError:
+            state = {_escape_text(str(k)): v for k, v in (state or {}).items()}
+            return self._record_iteration(iteration, _escaped_groups(groups), _escaped_programs(programs), metrics,
+                                          state)
+
+    def _record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
+                          metrics: dict[str, Any] | None, state: dict[str, Any] | None) -> list[int]:
         with self._transaction() as c:
             last = c.execute("SELECT MAX(iteration) FROM metrics").fetchone()[0]
             if last is not None and iteration <= last:

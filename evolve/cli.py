@@ -4,12 +4,27 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 
 class UserError(Exception):
     """A one-line error for the user; exit code 2, no traceback."""
+
+
+# C0 controls but tab and newline, DEL, C1, line/paragraph separators, bidi overrides, lone surrogates
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def printable(text: object, newlines: bool = True) -> str:
+    """Untrusted text (a candidate's errors or program, problem data, archive contents) as it may reach a
+    terminal: control characters become visible escapes (\\x1b, \\r, \\u202e), so a candidate cannot recolour,
+    rewrite or hide output; newlines are kept for layout unless the line must stay one line."""
+    text = str(text)
+    if not newlines:
+        text = text.replace("\n", "\\n")
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _registry(args):
@@ -35,28 +50,31 @@ def cmd_problems_list(args) -> int:
                               "tests": p.n_tests, "kind": "openevolve" if p.openevolve else "native"}))
     else:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         t = Table(title=f"{len(probs)} problems")
         for col in ("id", "suite", "split", "tests", "title"):
             t.add_column(col)
         for p in probs:
-            t.add_row(p.id, p.suite or "", p.split or "", str(p.n_tests) if not p.openevolve else "metrics",
-                      (p.title or "")[:50])
+            t.add_row(*(escape(printable(x, newlines=False)) for x in (
+                p.id, p.suite or "", p.split or "", str(p.n_tests) if not p.openevolve else "metrics",
+                (p.title or "")[:50])))
         Console().print(t)
     for e in reg.errors:
-        print(f"vevo: warning: {e}", file=sys.stderr)
+        print(f"vevo: warning: {printable(e, newlines=False)}", file=sys.stderr)
     return 0
 
 
 def cmd_problems_show(args) -> int:
     p = _registry(args).resolve(args.id)
-    print(f"id:          {p.id}\nsuite:       {p.suite}  split: {p.split}\ntitle:       {p.title}")
-    print(f"entry point: {p.entry_point}\ntests:       {p.n_tests}\nlimits:      {p.time_limit}s, "
-          f"{p.memory_limit_mb} MB\nsolved rule: {p.solved_rule}\nsource:      {p.source}")
-    print(f"\ndescription:\n{p.description}\n\nseed program:\n{p.seed_code}")
+    one = lambda x: printable(x, newlines=False)  # noqa: E731
+    print(f"id:          {one(p.id)}\nsuite:       {one(p.suite)}  split: {one(p.split)}\ntitle:       {one(p.title)}")
+    print(f"entry point: {one(p.entry_point)}\ntests:       {p.n_tests}\nlimits:      {p.time_limit}s, "
+          f"{p.memory_limit_mb} MB\nsolved rule: {one(p.solved_rule)}\nsource:      {one(p.source)}")
+    print(f"\ndescription:\n{printable(p.description)}\n\nseed program:\n{printable(p.seed_code)}")
     for i in range(min(p.n_tests, 10)):
-        print(f"test {i}: {p.test_label(i)}")
+        print(f"test {i}: {one(p.test_label(i))}")
     return 0
 
 
@@ -96,7 +114,7 @@ def cmd_problems_check(args) -> int:
                     print(json.dumps(res), flush=True)
                 else:
                     seed = res["seed"]
-                    line = f"{p.id}: seed {seed['status']} {seed['scalar']:.3f}"
+                    line = f"{printable(p.id, False)}: seed {printable(seed['status'], False)} {seed['scalar']:.3f}"
                     if ref is not None:
                         line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
@@ -104,7 +122,7 @@ def cmd_problems_check(args) -> int:
                                  " can forge its metrics; solves are not counted")
                     print(line, flush=True)
     for e in errors:
-        print(f"vevo: error: {e}", file=sys.stderr)
+        print(f"vevo: error: {printable(e, newlines=False)}", file=sys.stderr)
     if errors:
         return 2
     if not args.json:
@@ -142,6 +160,10 @@ def cmd_problems_import(args) -> int:
 
 
 def cmd_eval_program(args) -> int:
+    from .config import MAX_EVAL_TIMEOUT
+
+    if args.timeout is not None and not 0 < args.timeout <= MAX_EVAL_TIMEOUT:  # also refuses nan and inf
+        raise UserError(f"--timeout {args.timeout}: expected seconds in (0, {MAX_EVAL_TIMEOUT:g}]")
     reg = _registry(args)
     p = reg.resolve(args.problem)
     try:
@@ -154,11 +176,11 @@ def cmd_eval_program(args) -> int:
     if args.json:
         print(json.dumps(ev.to_dict()))
     else:
-        print(f"{p.id}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
+        print(f"{printable(p.id, False)}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
         print("vector: " + " ".join(f"{v:.2f}" for v in ev.vector))
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
-                print(f"{k}: {ev.artifacts[k]}")
+                print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
         print(f"isolation: {iso.get('network')}, {iso.get('filesystem')}")
     return 0
 
@@ -197,7 +219,7 @@ def cmd_resume(args) -> int:
 def _print_summary(run_dir: Path, s: dict) -> None:
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
           f"solved {s['solved']}/{s['problems']} problems")
-    print("statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(s["status_counts"].items())))
+    print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
 
 
 def _open_run(run_dir: str):
@@ -220,7 +242,7 @@ def cmd_runs_show(args) -> int:
     else:
         _print_summary(Path(args.run_dir), s)
         for pid, it in sorted(s["solved_problems"].items()):
-            print(f"  solved {pid} at iteration {it}")
+            print(f"  solved {printable(pid, False)} at iteration {it}")
     return 0
 
 
@@ -461,19 +483,23 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.fn(args) or 0)
-    except (UserError, ProblemError, KeyError, FileNotFoundError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"vevo: error: {msg}", file=sys.stderr)
-        return 2
+    except (UserError, ProblemError, KeyError) as e:
+        return _fail(e.args[0] if isinstance(e, KeyError) and e.args else e)
+    except OSError as e:  # the environment's fault (unwritable dir, disk full): name the file, no traceback
+        return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
     except KeyboardInterrupt:
         print("vevo: interrupted", file=sys.stderr)
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
         if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError", "ResumeError"):
-            print(f"vevo: error: {e}", file=sys.stderr)
-            return 2
+                                  "TrainingError", "ResumeError", "ArchiveError"):
+            return _fail(e)
         raise
+
+
+def _fail(msg: object) -> int:
+    print(f"vevo: error: {printable(msg, newlines=False)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

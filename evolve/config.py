@@ -17,6 +17,9 @@ Selection = Literal["lexicase", "tournament", "niches"]
 Trainer = Literal["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"]
 
 
+MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
+
+
 class ConfigError(Exception):
     """A configuration problem; str() is one line naming the source (file) and the key."""
 
@@ -24,7 +27,7 @@ class ConfigError(Exception):
 class StrictModel(BaseModel):
     """Base for every config model: unknown keys are errors, assignments are validated too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class CampaignConfig(StrictModel):
@@ -60,7 +63,7 @@ class CampaignConfig(StrictModel):
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(384, ge=1)
-    eval_timeout: float | None = Field(None, gt=0, description="None: the problem's own timeout")
+    eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="None: the problem's own timeout")
     pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
     # training
     train: Trainer = "none"
@@ -131,6 +134,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise ConfigError(_one_line(f"{path}: cannot read: {e}")) from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from problems.registry import discover
 
+from .archive import check_archive_file
 from .campaign import Campaign
 from .config import CampaignConfig, config_to_yaml, load_config
 
@@ -78,4 +79,6 @@ def resume(run_dir: str | Path, progress: bool = True, iterations: int | None = 
     if not (run_dir / CONFIG_NAME).is_file():
         raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
     cfg = load_config(run_dir / CONFIG_NAME, {"iterations": iterations})
+    if (run_dir / "archive.db").exists():  # absent: killed before the archive was created, so start it
+        check_archive_file(run_dir / "archive.db")  # before the proposer and sandbox start: fail fast
     return _finish(open_campaign(cfg, run_dir, progress, **kw))

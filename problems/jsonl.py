@@ -26,6 +26,8 @@ def read_jsonl(path: Path) -> list[tuple[int, dict]]:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ProblemError(path, f"line {n}", f"invalid JSON: {e.msg} (column {e.colno})") from None
+                except RecursionError:
+                    raise ProblemError(path, f"line {n}", "invalid JSON: nested too deeply") from None
                 if not isinstance(obj, dict):
                     raise ProblemError(path, f"line {n}", f"expected a JSON object, got {type(obj).__name__}")
                 out.append((n, obj))

@@ -23,6 +23,8 @@ from typing import Any, Union
 from . import values
 
 LANGUAGES = ("python",)
+MAX_TIME_LIMIT = 86_400.0  # a day: past this a limit is a typo, and the sandbox's timers need finite values
+MAX_MEMORY_MB = 1 << 20
 _SOLVED_RE = re.compile(r"^\s*(all|scalar\s*>=\s*([0-9.eE+-]+))\s*$")
 
 
@@ -128,8 +130,9 @@ class Problem:
         if t.label:
             return t.label
         if isinstance(t, CallCase):
-            args = ", ".join([_short(repr(a)) for a in t.args] + [f"{k}={_short(repr(v))}" for k, v in t.kwargs.items()])
-            return f"{self.entry_point}({args}) == {_short(repr(t.expected))}"
+            args = ", ".join([values.safe_repr(a, 60) for a in t.args] +
+                             [f"{k}={values.safe_repr(v, 60)}" for k, v in t.kwargs.items()])
+            return f"{self.entry_point}({args}) == {values.safe_repr(t.expected, 60)}"
         if isinstance(t, StdioCase):
             return f"stdin {_short(repr(t.stdin))} -> stdout {_short(repr(t.stdout))}"
         if isinstance(t, AssertCase):
@@ -153,6 +156,8 @@ def load_native(folder: str | Path) -> Problem:
         data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise ProblemError(toml_path, "", f"invalid TOML: {e}") from None
+    except RecursionError:
+        raise ProblemError(toml_path, "", "invalid TOML: nested too deeply") from None
     return problem_from_dict(data, folder, toml_path)
 
 
@@ -207,10 +212,10 @@ def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
         weights = [float(w) for w in weights]
     time_limit = float(_get(data, "time_limit", (int, float), where, default=10.0))
     mem = int(_get(data, "memory_limit_mb", int, where, default=1024))
-    if time_limit <= 0:
-        raise ProblemError(where, "time_limit", "must be > 0")
-    if mem < 64:
-        raise ProblemError(where, "memory_limit_mb", "must be >= 64")
+    if not 0 < time_limit <= MAX_TIME_LIMIT:  # also refuses nan and inf, which TOML can spell
+        raise ProblemError(where, "time_limit", f"must be seconds in (0, {MAX_TIME_LIMIT:g}], got {time_limit}")
+    if not 64 <= mem <= MAX_MEMORY_MB:
+        raise ProblemError(where, "memory_limit_mb", f"must be in [64, {MAX_MEMORY_MB}], got {mem}")
     return Problem(
         id=pid, seed_code=seed_code, tests=tests, title=_get(data, "title", str, where, default=pid),
         description=_get(data, "description", str, where, default=""), language=language, entry_point=entry,

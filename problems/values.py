@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 MAX_DEPTH = 200
+MAX_INT_HEX_DIGITS = 1 << 20  # a 4-Mbit int: far above any test value, small enough to decode in milliseconds
 
 
 class ValueCodecError(ValueError):
@@ -95,38 +96,107 @@ def opaque(value: Any) -> dict:
     return {"__opaque__": type(value).__name__[:80]}
 
 
-def decode(obj: Any) -> Any:
+def decode(obj: Any, _depth: int = 0) -> Any:
+    """JSON structure → builtin value. Bounded like ``encode`` (depth, big-int size), so a forged record costs
+    the parent at most a ValueCodecError, never a RecursionError or a minutes-long int parse."""
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return obj
+    if _depth > MAX_DEPTH:
+        raise ValueCodecError("value nested too deeply")
+    d = _depth + 1
     if isinstance(obj, list):
-        return [decode(v) for v in obj]
+        return [decode(v, d) for v in obj]
     if isinstance(obj, dict):
         if len(obj) == 1:
             (k, v), = obj.items()
             if k == "__tuple__":
-                return tuple(decode(x) for x in v)
+                return tuple(decode(x, d) for x in v)
             if k == "__set__":
-                return {_hashable(decode(x)) for x in v}
+                return {_hashable(decode(x, d)) for x in v}
             if k == "__frozenset__":
-                return frozenset(_hashable(decode(x)) for x in v)
+                return frozenset(_hashable(decode(x, d)) for x in v)
             if k == "__dict__":
-                return {_hashable(decode(a)): decode(b) for a, b in v}
+                return {_hashable(decode(a, d)): decode(b, d) for a, b in v}
             if k == "__bytes__":
                 return bytes.fromhex(v)
             if k == "__complex__":
-                return complex(decode(v[0]), decode(v[1]))
+                return complex(decode(v[0], d), decode(v[1], d))
             if k == "__float__":
                 return float(v)
             if k == "__int__":
-                return int(v, 0)
+                return _decode_int(v)
             if k == "__opaque__":
-                return Opaque(str(v))
-        return {k: decode(v) for k, v in obj.items()}
+                return Opaque(str(v)[:80])
+        return {k: decode(v, d) for k, v in obj.items()}
     raise ValueCodecError(f"cannot decode {type(obj).__name__}")
+
+
+def _decode_int(text: Any) -> int:
+    """Big ints travel as hex (linear to parse, unlike decimal); anything longer than the bound is refused."""
+    if not isinstance(text, str) or len(text.lstrip("+-")) > MAX_INT_HEX_DIGITS + 2:  # + 2: the "0x"
+        raise ValueCodecError("big int too large or not a string")
+    return int(text, 0)
 
 
 def _hashable(v: Any) -> Any:
     return tuple(_hashable(x) for x in v) if isinstance(v, list) else v
+
+
+def safe_repr(value: Any, limit: int = 80) -> str:
+    """repr for messages about untrusted values: at most `limit` characters and never raises (huge ints,
+    deep nesting, a repr that raises or lies). Builds only as much text as it shows."""
+    try:
+        text = _bounded_repr(value, limit + 1, 0)
+    except Exception:
+        text = f"<unprintable {type(value).__name__}>"
+    return text if len(text) <= limit else text[: max(0, limit - 3)] + "..."
+
+
+_REPR_DEPTH = 6
+
+
+def _bounded_repr(value: Any, budget: int, depth: int) -> str:
+    """A repr cut off after about `budget` characters; containers deeper than _REPR_DEPTH show as '...'."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        bits = int.bit_length(value)
+        if bits > 4 * budget + 64:  # decimal text would exceed the budget (or the int max-str-digits limit)
+            return f"<{'negative ' if value < 0 else ''}int of {bits} bits>"
+        return int.__repr__(value)
+    if isinstance(value, (str, bytes)):
+        return repr(value[:budget])
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return _container_repr(value, budget, depth)
+    try:
+        return repr(value)[:budget]
+    except Exception:
+        return f"<{type(value).__name__} object>"
+
+
+def _container_repr(value: Any, budget: int, depth: int) -> str:
+    open_, close = ("[", "]") if isinstance(value, list) else ("(", ")") if isinstance(value, tuple) else ("{", "}")
+    if depth >= _REPR_DEPTH:
+        return open_ + "..." + close
+    parts: list[str] = []
+    used = 0
+    items = dict.items(value) if isinstance(value, dict) else value
+    for item in items:
+        if used >= budget:
+            parts.append("...")
+            break
+        if isinstance(value, dict):
+            k = _bounded_repr(item[0], budget - used, depth + 1)
+            text = k + ": " + _bounded_repr(item[1], budget - used - len(k), depth + 1)
+        else:
+            text = _bounded_repr(item, budget - used, depth + 1)
+        parts.append(text)
+        used += len(text) + 2
+    if isinstance(value, tuple) and len(parts) == 1:
+        return "(" + parts[0] + ",)"
+    if isinstance(value, (set, frozenset)) and not parts:
+        return type(value).__name__ + "()"
+    return open_ + ", ".join(parts) + close
 
 
 def dumps(value: Any) -> str:

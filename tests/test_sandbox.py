@@ -692,3 +692,18 @@ def test_unix_sockets_of_the_host_are_unreachable(tmp_path):
     finally:
         srv.close()
         abstract.close()
+
+
+def test_scoring_a_hostile_value_costs_only_its_test():
+    """Class 6: a result whose repr raises in the parent (a 20,000-bit int) is that test's ``wrong``, the other
+    tests still count; terminal escapes in the candidate's error come back as data, for the CLI to escape."""
+    big = "def add(a, b):\n    return 2 ** 20000 if a == 20 else a + b\n"
+    ansi = "def add(a, b):\n    raise ValueError('\\x1b[2J\\x1b[31mred')\n"
+    with SandboxPool(workers=1) as pool:
+        ev, ev2 = pool.evaluate_many([(ADD, big), (ADD, ansi)])
+    assert ev.status == "wrong" and ev.vector == [1.0, 0.0, 1.0] and "int of 20001 bits" in ev.artifacts["first_error"]
+    assert ev2.status in {"wrong", "crash"} and not ev2.solved
+    from evolve.cli import printable
+
+    raw = ev2.artifacts.get("first_error") or ev2.artifacts.get("error", "")
+    assert "\x1b" in raw and "\x1b" not in printable(raw) and "\\x1b[31mred" in printable(raw)

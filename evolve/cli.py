@@ -290,7 +290,7 @@ def cmd_curves(args) -> int:
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
     rows = curves.curve_table(dbs, args.x)
     out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
-    curves.plot(dbs, args.x, out)
+    curves.plot(dbs, args.x, out, band=args.band)
     print(f"wrote {out}")
     if args.csv:
         csv_path = str(Path(out).with_suffix(".csv"))
@@ -441,6 +441,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
     p.add_argument("--out", metavar="FILE.png|.svg")
     p.add_argument("--csv", action="store_true")
+    p.add_argument("--band", choices=["minmax", "ci95"], default="minmax",
+                   help="band around a label's mean when it has several runs (seeds)")
     p.set_defaults(fn=cmd_curves)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),

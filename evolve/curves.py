@@ -113,9 +113,36 @@ def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> li
     return rows
 
 
-def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path) -> Path:
-    """Two panels (problems solved vs x, mean best score vs x), one line per label with a min–max band when a
-    label has several runs. PNG, SVG or PDF by the file's extension. Uses the Agg canvas, no pyplot state."""
+# two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def ci95(values: Any) -> tuple[float, float]:
+    """(mean, half-width) of a 95% t confidence interval for the mean of independent runs (half-width 0 for
+    fewer than two runs)."""
+    v = np.asarray(values, dtype=float)
+    if v.size < 2:
+        return (float(v.mean()) if v.size else 0.0), 0.0
+    t = _T95[v.size - 2] if v.size - 1 <= len(_T95) else 1.96
+    return float(v.mean()), float(t * v.std(ddof=1) / np.sqrt(v.size))
+
+
+def _ci_half(row: dict[str, Any], key: str) -> float:
+    """95% half-width from a curve_table row (its std is the population std over `runs` runs)."""
+    n = row["runs"]
+    if n < 2:
+        return 0.0
+    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
+    return t * row[f"{key}_std"] * np.sqrt(n / (n - 1)) / np.sqrt(n)
+
+
+def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path, band: str = "minmax") -> Path:
+    """Two panels (problems solved vs x, mean best score vs x), one line per label with a band when a label has
+    several runs: min–max over runs, or ``band="ci95"``, a 95% t interval of the mean. PNG, SVG or PDF by the
+    file's extension. Uses the Agg canvas, no pyplot state."""
+    if band not in ("minmax", "ci95"):
+        raise ValueError(f"band must be 'minmax' or 'ci95', got {band!r}")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -135,8 +162,12 @@ def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path) -> Pa
             xs = [r["x"] for r in rs]
             line, = ax.step(xs, [r[f"{key}_mean"] for r in rs], where="post", label=label)
             if max(r["runs"] for r in rs) > 1:
-                ax.fill_between(xs, [r[f"{key}_min"] for r in rs], [r[f"{key}_max"] for r in rs], step="post",
-                                alpha=0.2, color=line.get_color(), linewidth=0)
+                if band == "ci95":
+                    lo = [r[f"{key}_mean"] - _ci_half(r, key) for r in rs]
+                    hi = [r[f"{key}_mean"] + _ci_half(r, key) for r in rs]
+                else:
+                    lo, hi = [r[f"{key}_min"] for r in rs], [r[f"{key}_max"] for r in rs]
+                ax.fill_between(xs, lo, hi, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
         ax.set_xlabel(x)
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)

@@ -137,13 +137,19 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
         solved_flags = [ev.solved for ev in evs][:n]
         c = sum(solved_flags)
         scal = [ev.scalar for ev in evs][:n]
+        full = scal + [0.0] * (n - len(scal))
         per.append({"problem": p.id, "n": n, "solved": c, f"pass@{k}": pass_at_k(n, c, k),
-                    "pass@1": pass_at_k(n, c, 1), f"best@{k}": _best_at_k(scal + [0.0] * (n - len(scal)), k),
-                    "diversity": reward_diversity([rows])})
+                    "pass@1": pass_at_k(n, c, 1), f"best@{k}": _best_at_k(full, k),
+                    "diversity": reward_diversity([rows]),
+                    "pass_curve": [pass_at_k(n, c, j) for j in range(1, k + 1)],
+                    "best_curve": [_best_at_k(full, j) for j in range(1, k + 1)]})
     return {"problems": per, f"pass@{k}": float(np.mean([r[f"pass@{k}"] for r in per])),
             "pass@1": float(np.mean([r["pass@1"] for r in per])),
             f"best@{k}": float(np.mean([r[f"best@{k}"] for r in per])),
             "diversity": float(np.mean([r["diversity"] for r in per])), "parse_rate": parsed / max(total, 1),
+            # the same samples read at every budget j = 1..k (unbiased estimators, not resampled)
+            "pass_curve": np.mean([r["pass_curve"] for r in per], axis=0).tolist() if per else [],
+            "best_curve": np.mean([r["best_curve"] for r in per], axis=0).tolist() if per else [],
             "k": k, "n": n, "m": m}
 
 

@@ -242,6 +242,18 @@ def disable_dropout(model: torch.nn.Module) -> None:
                 setattr(mod, k, 0.0)
 
 
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """HF activation checkpointing of every decoder layer, non-reentrant (works when the inputs need no grad,
+    as with LoRA). Active only in train mode, which is why the trainer never uses eval() for dropout."""
+    base = _base(model)
+    if getattr(base, "activation_checkpointing_enable", None) is not None:  # transformers >= 5.x
+        base.activation_checkpointing_enable({"use_reentrant": False})
+    elif getattr(base, "gradient_checkpointing_enable", None) is not None:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        raise ValueError(f"gradient_checkpointing: {type(base).__name__} does not support it")
+
+
 def truncate_sample(s: TrainSample, max_len: int) -> tuple[TrainSample, bool]:
     """Fit prompt + completion into max_len tokens: the prompt loses its start (its end leads into the
     completion); a completion of max_len tokens or more keeps its first max_len - 1 (one prompt token stays)."""
@@ -279,9 +291,7 @@ class PolicyTrainer:
                 p.data = p.data.float()
         disable_dropout(model)
         if self.cfg.gradient_checkpointing:
-            if not hasattr(_base(model), "gradient_checkpointing_enable"):
-                raise ValueError(f"gradient_checkpointing: {type(_base(model)).__name__} does not support it")
-            _base(model).gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            enable_checkpointing(model)
         self.params = [p for _, p in named]
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         self.version = 0  # optimizer steps taken (callers publish it as the policy version)

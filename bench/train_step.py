@@ -1,4 +1,5 @@
-"""How much of a training step do the advantage estimators cost?
+"""How much of a training step do the advantage estimators cost, and how much memory do checkpointing and
+micro-batches save?
 
 Times one ``PolicyTrainer.step`` on a ~5M-parameter Llama (batch of 8 completions of ~256 tokens after a 64-token
 prompt, CPU, PPO-clip + k3 KL to a frozen copy) against the estimator + set-reward computation for the same batch
@@ -6,11 +7,25 @@ prompt, CPU, PPO-clip + k3 KL to a frozen copy) against the estimator + set-rewa
 the target is estimators < 1% of a step.
 
     .venv/bin/python bench/train_step.py [--repeats 5] [--est-repeats 200] [--threads N]
+
+``--memory``: peak memory of one PolicyTrainer step of a ~100M-parameter Llama (12 layers, d 768, vocab 16384,
+tied; batch of 8 completions of 192 tokens after 64-token prompts) run plainly vs with gradient checkpointing
+and micro-batches of 1, printed as a ratio. Each variant runs in a fresh process; on CPU the peak is the
+resident-set high-water mark (VmHWM, reset through /proc/self/clear_refs after a warm-up step so AdamW's state
+and the model are in the baseline, with glibc returning freed blocks of >= 64 KiB at once), on CUDA
+``torch.cuda.max_memory_allocated``; both are reported above the baseline, i.e. activations + gradients.
+(tracemalloc cannot see torch's allocator, which is why RSS.)
+
+    .venv/bin/python bench/train_step.py --memory [--threads N] [--small]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -33,14 +48,87 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def _hwm_kib() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in KiB."""
+    vals = {}
+    for line in open("/proc/self/status"):
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            vals[line.split(":")[0]] = int(line.split()[1])
+    return vals["VmRSS"], vals["VmHWM"]
+
+
+def memory_child(variant: str, small: bool) -> dict:
+    """One warm-up step, then the peak memory of a second one above the state it started from."""
+    torch.manual_seed(0)
+    if small:  # a quick check of the harness itself
+        cfg = LlamaConfig(vocab_size=2048, hidden_size=128, intermediate_size=344, num_hidden_layers=4,
+                          num_attention_heads=4, max_position_embeddings=512, tie_word_embeddings=True)
+        n, p_len, c_len = 4, 32, 96
+    else:
+        cfg = LlamaConfig(vocab_size=16384, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                          num_attention_heads=12, max_position_embeddings=512, tie_word_embeddings=True)
+        n, p_len, c_len = 8, 64, 192
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = LlamaForCausalLM(cfg).to(dev)
+    gen = torch.Generator().manual_seed(0)
+    samples = [TrainSample(torch.randint(0, cfg.vocab_size, (p_len,), generator=gen).tolist(),
+                           torch.randint(0, cfg.vocab_size, (c_len,), generator=gen).tolist(), None,
+                           float(i % 2) * 2 - 1) for i in range(n)]
+    tc = TrainConfig(lr=1e-5, minibatch=n, kl_beta=0.0, micro_batch=1 if variant == "ckpt+micro" else 0,
+                     gradient_checkpointing=variant == "ckpt+micro")
+    trainer = PolicyTrainer(model, tc)
+    trainer.step(samples)  # warm-up: AdamW state allocated
+    trainer.opt.zero_grad(set_to_none=True)
+    t0 = time.perf_counter()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        trainer.step(samples)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+    else:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset VmHWM to the current RSS
+        base, _ = _hwm_kib()
+        trainer.step(samples)
+        peak = (_hwm_kib()[1] - base) * 1024
+    return {"variant": variant, "peak_bytes": peak, "seconds": time.perf_counter() - t0, "device": dev.type,
+            "params": sum(p.numel() for p in model.parameters()), "tokens": n * (p_len + c_len)}
+
+
+def memory_main(threads: int, small: bool) -> None:
+    res = {}
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
+    for variant in ("plain", "ckpt+micro"):
+        cmd = [sys.executable, __file__, "--memory-child", variant] + (["--small"] if small else []) + \
+            (["--threads", str(threads)] if threads else [])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+        res[variant] = json.loads(out.strip().splitlines()[-1])
+        r = res[variant]
+        print(f"{variant:<11s} {r['device']}: {r['params'] / 1e6:.1f}M params, {r['tokens']} tokens: peak step "
+              f"memory {r['peak_bytes'] / 2**20:8.1f} MiB above model + optimizer, {r['seconds']:.1f} s")
+    ratio = res["ckpt+micro"]["peak_bytes"] / max(res["plain"]["peak_bytes"], 1)
+    print(f"ratio (checkpointing + micro-batch 1) / plain: {ratio:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--memory", action="store_true", help="peak memory: checkpointing + micro-batches vs plain")
+    ap.add_argument("--memory-child", choices=["plain", "ckpt+micro"], help=argparse.SUPPRESS)
+    ap.add_argument("--small", action="store_true", help="with --memory: a small model (harness check)")
     ap.add_argument("--repeats", type=int, default=5, help="timed train steps (after one warm-up)")
     ap.add_argument("--est-repeats", type=int, default=200, help="timed estimator calls per estimator")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.memory_child:
+        print(json.dumps(memory_child(args.memory_child, args.small)))
+        return
+    if args.memory:
+        memory_main(args.threads, args.small)
+        return
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=5,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,

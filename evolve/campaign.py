@@ -97,6 +97,8 @@ class Campaign:
         if not problems:
             raise ValueError("a campaign needs at least one problem")
         self.cfg, self.backend, self.evaluator = cfg, backend, evaluator
+        # instruct models (backend.chat: template in use) get the fuller English prompt; the tiny one compact
+        self.prompt_style = "chat" if getattr(backend, "chat", False) is True else "compact"
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.problems = {p.id: p for p in problems}
@@ -246,7 +248,7 @@ class Campaign:
                             m=self.cfg.answers, mode=self.cfg.answer_mode)
         pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
-                     prompt=build_prompt(ctx), staleness=int(pending_same))
+                     prompt=build_prompt(ctx, style=self.prompt_style), staleness=int(pending_same))
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()

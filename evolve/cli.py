@@ -190,7 +190,18 @@ def cmd_eval_program(args) -> int:
 
 RUN_FLAGS = {"problems_dir": None, "suite": None, "problem": "problems", "proposer": None, "iterations": None,
              "islands": None, "answers": None, "group": None, "seed": None, "workers": None, "out": None,
-             "train": None, "train_every": None, "train_batch": None, "selection": None}
+             "train": None, "train_every": None, "train_batch": None, "selection": None, "chat": None}
+
+
+def _chat_value(text: str | None):
+    """--chat auto|true|false as the config value (bool or "auto")."""
+    return None if text is None else {"true": True, "false": False}.get(text, text)
+
+
+def _backend_kw(spec: str, chat: str | None) -> dict:
+    """Keyword arguments for make_backend from `vevo train/eval` flags (chat goes to hf, vllm, openai)."""
+    kind = "hf" if spec == "tiny" else spec.partition(":")[0]
+    return {"chat": _chat_value(chat)} if chat is not None and kind in ("hf", "vllm", "openai") else {}
 
 
 def cmd_run(args) -> int:
@@ -200,6 +211,8 @@ def cmd_run(args) -> int:
     overrides = {}
     for flag, key in RUN_FLAGS.items():
         v = getattr(args, flag, None)
+        if flag == "chat":
+            v = _chat_value(v)
         if v not in (None, []):
             overrides[key or flag] = v
     cfg = load_config(args.config, overrides)
@@ -315,7 +328,7 @@ def cmd_train(args) -> int:
     from .study import train
 
     probs = _problems_for(args)
-    backend = make_backend(args.proposer)
+    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
     with _pool(args.workers) as pool:
         hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
                      batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
@@ -332,7 +345,7 @@ def cmd_eval(args) -> int:
     from .study import evaluate_proposer
 
     probs = _problems_for(args)
-    backend = make_backend(args.proposer)
+    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
     with _pool(args.workers) as pool:
         res = evaluate_proposer(backend, probs, pool, k=args.k, m=args.answers, n=args.n, seed=args.seed,
                                 max_tokens=args.max_tokens)
@@ -417,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train", choices=["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
     p.add_argument("--train-every", dest="train_every", type=int)
     p.add_argument("--train-batch", dest="train_batch", type=int)
+    p.add_argument("--chat", choices=["auto", "true", "false"],
+                   help="chat template + chat prompt style (auto: when the tokenizer has a template)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
@@ -456,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--workers", type=int, default=2)
         p.add_argument("--max-tokens", dest="max_tokens", type=int, default=384)
+        p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         p.set_defaults(fn=fn)
         if name == "train":
             p.add_argument("--algo", default="vpo", choices=["vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])

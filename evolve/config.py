@@ -65,13 +65,37 @@ class CampaignConfig(StrictModel):
     max_tokens: int = Field(384, ge=1)
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="None: the problem's own timeout")
     pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
+    chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
+                                         "openai proposers; auto: when the tokenizer has a chat template")
+    proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights of hf/vllm proposers (auto: bf16 on a GPU that has it, else fp32); a trainer "
+        "keeps its trainable weights in fp32 whatever this is")
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, gt=0, le=1, description="vLLM's share of the GPU; None: 0.85, or 0.5 when a trainer shares the GPU "
+        "without vllm_sleep")
+    vllm_sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each "
+                             "training step (CUDA only)")
     # training
     train: Trainer = "none"
     train_every: int = Field(10, ge=1)
-    train_batch: int = Field(8, ge=1)
+    train_batch: int = Field(8, ge=1, description="recent groups per training step")
     train_lr: float = Field(1e-5, gt=0)
     train_lora: bool = True
     train_epochs: int = Field(1, ge=1)
+    train_minibatch: int | None = Field(None, ge=1, description="completions per optimizer update; None: "
+                                        "min(8, train_batch * group)")
+    train_micro_batch: int = Field(0, ge=0, description="completions per forward/backward (0: the minibatch)")
+    train_clip_eps: float = Field(0.2, gt=0, description="PPO clip range")
+    train_kl_beta: float = Field(1e-3, ge=0, description="k3 KL weight to the reference (LoRA: adapter off)")
+    train_is_cap: float = Field(2.0, ge=1, description="truncation of the sampler importance weight")
+    train_max_grad_norm: float = Field(1.0, ge=0, description="0: no clipping")
+    train_weight_decay: float = Field(0.0, ge=0)
+    train_lora_rank: int = Field(8, ge=1)
+    train_lora_alpha: float | None = Field(None, gt=0, description="None: 2 * rank")
+    train_lora_targets: list[str] | None = Field(None, description="module names; None: found per architecture")
+    train_max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
+    train_grad_checkpointing: bool = False
+    train_autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
     # bookkeeping
     archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
                                                     "(survives power loss; normal survives kill -9)")
@@ -86,6 +110,12 @@ class CampaignConfig(StrictModel):
         if self.migration_count > self.island_capacity:
             raise ValueError(f"'migration_count': {self.migration_count} exceeds 'island_capacity' "
                              f"{self.island_capacity}")
+        if self.train != "none" and self.proposer_dtype == "float16":
+            raise ValueError("'proposer_dtype': float16 cannot be trained without loss scaling, which vevo does "
+                             "not do; use bfloat16 or float32")
+        if self.train != "none" and self.temperature == 0:
+            raise ValueError("'temperature': 0 is greedy, every completion of a group is the same; training "
+                             "needs temperature > 0")
         if self.train != "none" and self.group < 2:
             raise ValueError(f"'group': train={self.train!r} estimates advantages within a group, "
                              f"so it needs group >= 2 (got {self.group})")

@@ -29,6 +29,28 @@ def resolve_problems(cfg: CampaignConfig):
     return probs
 
 
+def backend_kwargs(cfg: CampaignConfig) -> dict:
+    """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU)."""
+    kind = "hf" if cfg.proposer == "tiny" else cfg.proposer.partition(":")[0]
+    kw: dict = {}
+    if kind in ("hf", "vllm", "openai") and (kind != "openai" or cfg.chat != "auto"):
+        kw["chat"] = cfg.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
+    if kind == "hf":
+        if cfg.proposer_threads:
+            kw["threads"] = cfg.proposer_threads
+        if cfg.proposer_dtype != "auto":
+            kw["dtype"] = cfg.proposer_dtype
+    if kind == "vllm":
+        kw["dtype"] = cfg.proposer_dtype
+        share = cfg.vllm_gpu_memory_utilization
+        if share is None:
+            share = 0.5 if cfg.train != "none" and not cfg.vllm_sleep else 0.85
+        kw.update(gpu_memory_utilization=share, enable_sleep_mode=cfg.vllm_sleep)
+        if cfg.train != "none":
+            kw["max_lora_rank"] = max(64, cfg.train_lora_rank)
+    return kw
+
+
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
     from evaluators.pool import SandboxPool
 
@@ -36,9 +58,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     if backend is None:
         from proposer.backends import make_backend
 
-        kw = {"threads": cfg.proposer_threads} if cfg.proposer_threads and \
-            (cfg.proposer == "tiny" or cfg.proposer.startswith("hf:")) else {}
-        backend = make_backend(cfg.proposer, **kw)
+        backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
     own_pool = evaluator is None
     if own_pool:
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]

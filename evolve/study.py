@@ -60,14 +60,12 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         raise ValueError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
     if lora:
-        from peft import LoraConfig, get_peft_model
+        from proposer.lora import wrap_lora
 
-        names = {n.split(".")[-1] for n, _ in model.named_modules()}
-        model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
-                                                 target_modules=[t for t in ("q_proj", "k_proj", "v_proj", "o_proj")
-                                                                 if t in names]))
+        model = wrap_lora(model)
         backend.model = model
-    trainer = PolicyTrainer(model, TrainConfig(lr=lr), ref_model=None if lora else PolicyTrainer.frozen_copy(model))
+    trainer = PolicyTrainer(model, TrainConfig(lr=lr, temperature=temperature),
+                            ref_model=None if lora else PolicyTrainer.frozen_copy(model))
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
     history = []
@@ -85,7 +83,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
             comps += comps_i
         est = ESTIMATORS[algo]
         adv, diag = est(mats, gids, rng=rng) if algo == "vpo" else est(mats, gids)
-        samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv) if abs(a) > 0]
+        samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)]  # zeros too (KL, mean)
         stats: dict[str, Any] = {"step": step, "mean_set_reward": float(np.mean(diag["raw_scores"])),
                                  "best_answer": float(np.mean([x.max() if x.size else 0.0 for x in mats])),
                                  "reward_diversity": reward_diversity(mats), "samples": len(samples)}

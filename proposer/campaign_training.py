@@ -4,7 +4,14 @@ policy version published to the backend (in place for ``hf``; the adapter is sav
 
 Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/state.json`` and the
 snapshot folder it names; a training step that a kill interrupted is redone, one that finished is not, so a
-resumed run trains exactly when the uninterrupted one did.
+resumed run trains exactly when the uninterrupted one did. A snapshot is deleted only once a newer one exists
+*and* the campaign committed an iteration after it was published: the archive's last checkpoint names the adapter
+the engine had when that iteration was committed (the one before the newest step), and resume loads it before
+the trainer publishes its own newest one; so the two newest snapshots are always kept.
+
+Every knob is a ``train_*`` key of the run config (``training_config``); zero-advantage samples are trained
+on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
+``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ import numpy as np
 from .estimators import ESTIMATORS
 from .training import PolicyTrainer, TrainConfig, TrainSample
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
 
 
 class TrainingError(Exception):
@@ -49,10 +56,22 @@ def reward_diversity(mats: list[np.ndarray]) -> float:
     return float(np.mean(vals)) if vals else 0.0
 
 
+def training_config(cfg) -> TrainConfig:
+    """The ``train_*`` keys (and the sampling temperature / top-p) of a run config as a TrainConfig."""
+    return TrainConfig(lr=cfg.train_lr, epochs=cfg.train_epochs, clip_eps=cfg.train_clip_eps,
+                       kl_beta=cfg.train_kl_beta, max_grad_norm=cfg.train_max_grad_norm,
+                       weight_decay=cfg.train_weight_decay, is_cap=cfg.train_is_cap,
+                       minibatch=cfg.train_minibatch or min(8, cfg.train_batch * cfg.group),
+                       micro_batch=cfg.train_micro_batch, max_seq_len=cfg.train_max_seq_len,
+                       gradient_checkpointing=cfg.train_grad_checkpointing,
+                       bf16_autocast_on_gpu=cfg.train_autocast == "bf16",
+                       temperature=cfg.temperature, top_p=cfg.top_p)
+
+
 class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
-    def __init__(self, cfg, run_dir: str | Path, backend, *, lora_rank: int = 8):
+    def __init__(self, cfg, run_dir: str | Path, backend):
         self.cfg, self.backend, self.algo = cfg, backend, cfg.train
         self.dir = Path(run_dir) / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -65,19 +84,23 @@ class CampaignTrainer:
                                     f"not {getattr(backend, 'name', type(backend).__name__)}")
             from .hf import HFBackend
 
-            self.learner = HFBackend(backend.path, threads=cfg.proposer_threads)
+            self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
+                                     dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
         model = self.learner.model
         if cfg.train_lora:
-            from peft import LoraConfig, PeftModel, get_peft_model
+            from peft import PeftModel
+
+            from .lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
-                names = {n.split(".")[-1] for n, _ in model.named_modules()}
-                targets = [t for t in LORA_TARGETS if t in names] or ["c_attn"]
-                model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
-                                                         target_modules=targets))
+                try:
+                    model = wrap_lora(model, cfg.train_lora_rank, cfg.train_lora_alpha, cfg.train_lora_targets)
+                except LoraError as e:
+                    raise TrainingError(str(e)) from None
                 self.learner.model = model
-        self.trainer = PolicyTrainer(model, TrainConfig(lr=cfg.train_lr, epochs=cfg.train_epochs,
-                                                        minibatch=min(8, cfg.train_batch * cfg.group)),
+        # the full-fine-tuning reference is copied before PolicyTrainer makes the trainable weights fp32,
+        # so it stays in the loading dtype (half the memory in bf16)
+        self.trainer = PolicyTrainer(model, training_config(cfg),
                                      ref_model=None if cfg.train_lora else PolicyTrainer.frozen_copy(model))
         self.version = 0
         self.last_iteration = -1
@@ -127,13 +150,24 @@ class CampaignTrainer:
             self.trainer.save_adapter(tmp / "adapter")
         shutil.rmtree(self.dir / snap, ignore_errors=True)
         tmp.rename(self.dir / snap)
-        old = json.loads((self.dir / "state.json").read_text())["snapshot"] if (self.dir / "state.json").is_file() else None
         st = self.dir / "state.tmp"
         st.write_text(json.dumps({"version": self.version, "iteration": iteration, "snapshot": snap}))
         st.replace(self.dir / "state.json")
-        if old and old != snap:
-            shutil.rmtree(self.dir / old, ignore_errors=True)
+        self._prune(keep=snap)
         return self.dir / snap
+
+    def _prune(self, keep: str) -> None:
+        """Delete all but the KEEP_SNAPSHOTS newest complete snapshots (see the module docstring for why two)."""
+        import shutil
+
+        def order(p: Path) -> tuple[int, int]:
+            it, _, v = p.name[len("step-"):].partition("-v")
+            return (int(it), int(v)) if it.isdigit() and v.isdigit() else (-1, -1)
+
+        snaps = sorted((p for p in self.dir.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")), key=order)
+        for p in snaps[:-KEEP_SNAPSHOTS]:
+            if p.name != keep:
+                shutil.rmtree(p, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
     def on_restore(self, camp) -> None:
@@ -165,7 +199,7 @@ class CampaignTrainer:
             return None
         samples = [TrainSample(prompt_ids=list(c.prompt_token_ids or []), completion_ids=list(c.token_ids),
                                behaviour_logprobs=c.logprobs, advantage=float(a))
-                   for c, a in zip(comps, adv) if abs(a) > 0 and c.prompt_token_ids]
+                   for c, a in zip(comps, adv) if c.prompt_token_ids]
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  "samples": len(samples), "algo": self.algo}
         raw = diag.get("raw_scores") if isinstance(diag, dict) else None
@@ -175,7 +209,14 @@ class CampaignTrainer:
             if isinstance(v, (int, float, np.floating, np.integer)):
                 stats[f"diag_{k}"] = float(v)
         if samples:
-            stats.update(self.trainer.step(samples))
+            sleep, wake = getattr(self.backend, "sleep", None), getattr(self.backend, "wake_up", None)
+            if self.learner is not self.backend and sleep is not None:
+                sleep()  # colocated vLLM: free the engine's GPU memory for the step
+            try:
+                stats.update(self.trainer.step(samples))
+            finally:
+                if self.learner is not self.backend and wake is not None:
+                    wake()
             self.version += 1
         snap = self._save(iteration)
         self.last_iteration = iteration

@@ -1,12 +1,13 @@
 """The ``hf`` backend: a transformers causal LM from a local folder, sampled with our own batched decode loop.
 
 Why a hand-written loop instead of ``model.generate``: we need, per generated token, the behaviour log-prob under
-the *untempered* distribution (what ``proposer.training.completion_logprobs`` recomputes for PPO-clip), a
+the distribution actually sampled from (what ``proposer.training.completion_logprobs`` computes for PPO), a
 per-call ``torch.Generator`` so the same seed gives the same completions without touching the global RNG, and
 the same code path for a plain model and a PEFT-wrapped one. The loop is the textbook one: left-padded batch,
 position ids from the attention mask, one prefill forward, then one token per step through the KV cache;
-temperature and top-p shape only the *sampling* distribution, the recorded log-prob is
-``log_softmax(logits)[token]`` in fp32.
+the recorded log-prob is ``training.tempered_logprobs``: log_softmax(logits / T) in fp32, renormalised over the
+top-p nucleus when top_p < 1 (greedy, T = 0: the T = 1 log-prob). On CUDA a bf16 backend whose weights a
+trainer made fp32 decodes under bf16 autocast, as the trainer computes.
 
 Decisions:
 
@@ -16,13 +17,14 @@ Decisions:
 * Prompts are left-truncated to fit the context (the end holds ``<answer_1>``): at most
   ``max_context - min(max_tokens, max_context // 2)`` prompt tokens are kept, and generation stops at the context
   end. ``meta["prompt_truncated"]`` says how many tokens were dropped.
+* ``chat="auto"`` (the default) is True when the tokenizer has a chat template.
 * ``chat=True`` and a tokenizer with a ``chat_template``: the prompt becomes the user turn, and a trailing
   ``<answer_1>`` is moved into a pre-filled assistant turn (``continue_final_message``) so the completion
   continues the answer exactly as with the plain prompt. The tiny model uses the plain prompt.
 * Temperature 0 is greedy. Seeded sampling is reproducible on CPU for the same prompts, n and batch_size.
 * ``rescore=True`` recomputes the log-probs with ``training.batch_sequence_logprobs`` after generation (one
-  extra forward; bit-identical to what the trainer computes). By default the decode-loop log-probs are used; they
-  agree with it to ~1e-6 in fp32 (bf16 on GPU: ~1e-2, use rescore there if it matters).
+  extra forward). By default the decode-loop log-probs are used; they agree with it to ~1e-6 in fp32 (bf16 on
+  GPU: ~1e-2). Either way the trainer recomputes pi_old itself and uses these only for its IS weight.
 * CPU threads: ``threads`` (default min(2, cores)) sets torch's intra-op threads, and the module sets
   ``OMP_WAIT_POLICY=PASSIVE`` (unless set) before importing torch: with evaluation processes competing for
   the cores, spinning OpenMP threads made generation and training steps several times slower here.
@@ -31,6 +33,7 @@ Decisions:
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import itertools
@@ -47,7 +50,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from proposer.base import AdapterState, Completion, SamplingParams
-from proposer.templating import encode_prompt
+from proposer.templating import encode_prompt, resolve_chat
+from proposer.training import tempered_logprobs
 from proposer.backends import BackendError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
@@ -83,7 +87,7 @@ class HFBackend(AdapterState):
 
     def __init__(self, path: str | os.PathLike[str], device: str | torch.device | None = None,
                  dtype: Any = None, adapter: str | os.PathLike[str] | None = None, batch_size: int = 16,
-                 max_context: int | None = None, *, threads: int | None = None, chat: bool = False,
+                 max_context: int | None = None, *, threads: int | None = None, chat: bool | str = "auto",
                  rescore: bool = False, policy_version: int = 0, name: str | None = None,
                  seed: int | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -108,7 +112,6 @@ class HFBackend(AdapterState):
         if batch_size < 1:
             raise BackendError(f"hf: batch_size must be >= 1, got {batch_size}")
         self.batch_size = int(batch_size)
-        self.chat = bool(chat)
         self.rescore = bool(rescore)
         self.seed = seed  # used when a call's SamplingParams has no seed (then calls differ: a counter is added)
         self._calls = 0
@@ -121,6 +124,7 @@ class HFBackend(AdapterState):
             raise BackendError(f"hf: cannot load {self.path}: {' '.join(str(exc).split())[:200]}") from None
         self._model = model.to(self.device).eval()
         self._tokenizer.padding_side = "left"
+        self.chat = resolve_chat(chat, self._tokenizer, "hf")
         self.eos_ids = self._eos_ids()
         if not self.eos_ids:
             raise BackendError(f"hf: {self.path}: tokenizer has no EOS token")
@@ -242,14 +246,13 @@ class HFBackend(AdapterState):
         temp, top_p = float(sampling.temperature), float(sampling.top_p)
         for step in range(max(budget, 0)):
             logits = logits.float()
-            logp = F.log_softmax(logits, dim=-1)
             if temp <= 0:
                 nxt = logits.argmax(dim=-1)
             else:
                 probs = F.softmax(logits / temp, dim=-1)
                 probs = _top_p_filter(probs, top_p)
                 nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
-            chosen = logp.gather(-1, nxt[:, None]).squeeze(-1)
+            chosen = tempered_logprobs(logits, nxt, temp, top_p if temp > 0 else 1.0)
             is_eos = torch.isin(nxt, eos)
             nxt_l, lp_l, eos_l = nxt.tolist(), chosen.tolist(), is_eos.tolist()
             for i in range(b):
@@ -288,11 +291,15 @@ class HFBackend(AdapterState):
         results: dict[tuple[int, int], tuple[list[int], list[float], bool]] = {}
         was_training = self._model.training
         self._model.eval()
+        bf16 = self.device.type == "cuda" and self.dtype == torch.bfloat16
+        temp, top_p = float(sampling.temperature), float(sampling.top_p)
         try:
             for c in range(0, len(rows), self.batch_size):
                 chunk = rows[c: c + self.batch_size]
-                for key, res in zip(chunk, self._decode([encoded[pi][0] for pi, _ in chunk], sampling, gen)):
-                    results[key] = res
+                with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+                    res = self._decode([encoded[pi][0] for pi, _ in chunk], sampling, gen)
+                for key, r in zip(chunk, res):
+                    results[key] = r
             if self.rescore and rows:
                 from proposer.training import batch_sequence_logprobs
 
@@ -300,7 +307,9 @@ class HFBackend(AdapterState):
                 for c in range(0, len(keys), self.batch_size):
                     chunk = keys[c: c + self.batch_size]
                     new = batch_sequence_logprobs(self._model, [encoded[pi][0] for pi, _ in chunk],
-                                                  [results[k][0] for k in chunk])
+                                                  [results[k][0] for k in chunk], bf16_autocast=bf16,
+                                                  temperature=temp if temp > 0 else 1.0,
+                                                  top_p=top_p if temp > 0 else 1.0)
                     for k, lp in zip(chunk, new):
                         results[k] = (results[k][0], lp, results[k][2])
         finally:

@@ -9,6 +9,26 @@ from __future__ import annotations
 ANSWER_PREFILL = "<answer_1>"
 
 
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def resolve_chat(chat: bool | str, tokenizer, who: str) -> bool:
+    """The ``chat: auto | true | false`` setting as a bool: auto = the tokenizer has a chat template; true
+    without a template is a one-line error (the prompt would silently go out plain)."""
+    from proposer.backends import BackendError
+
+    if chat == "auto" or chat is None:
+        return has_chat_template(tokenizer)
+    if isinstance(chat, str):
+        if chat.lower() not in ("true", "false"):
+            raise BackendError(f"{who}: chat must be auto, true or false, got {chat!r}")
+        chat = chat.lower() == "true"
+    if chat and not has_chat_template(tokenizer):
+        raise BackendError(f"{who}: chat=true but the tokenizer has no chat template")
+    return bool(chat)
+
+
 def render_chat(tokenizer, prompt: str) -> str | None:
     """The chat-templated text, or None when the tokenizer has no chat template."""
     if not getattr(tokenizer, "chat_template", None):

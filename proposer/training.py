@@ -1,28 +1,48 @@
-"""Policy update for Hugging Face causal LMs (full fine-tuning or PEFT LoRA): PPO-clip + k3 KL, token-mean, AdamW.
+"""Policy update for Hugging Face causal LMs (full fine-tuning or PEFT LoRA): decoupled PPO-clip + k3 KL,
+token-mean over the minibatch, AdamW on fp32 parameters.
 
-One readable file, CleanRL style; every hyperparameter is a field of ``TrainConfig``. For a minibatch of stored
-completions (token ids + the behaviour log-probs recorded at sampling time) and one scalar advantage A per
-completion (from ``proposer.estimators``), the loss is::
+One readable file, CleanRL style; every hyperparameter is a field of ``TrainConfig``. Three policies meet here
+(decoupled PPO, Hilton et al. 2021, arXiv:2110.00641; the truncated IS weight as veRL's TIS, Yao et al. 2025):
 
-    r_t    = exp(log pi_theta(y_t) - log pi_behaviour(y_t))                     per completion token t
-    pg_t   = max(-A r_t, -A clip(r_t, 1 - clip_eps, 1 + clip_eps))             PPO-clip (Schulman et al. 2017)
-    d_t    = log pi_ref(y_t) - log pi_theta(y_t)
-    kl_t   = exp(d_t) - d_t - 1                                                 k3 estimator (Schulman 2020,
-                                                                                 http://joschu.net/blog/kl-approx.html)
-    loss   = sum_t (pg_t + kl_beta * kl_t) / (number of completion tokens in the minibatch)   token-mean
+* the *behaviour* policy b that sampled the tokens (vLLM's kernels, or the KV-cached hf decode, maybe a few
+  versions old): its log-probs come with the sample;
+* the *proximal* policy pi_old = the learner at the start of ``step()``: its log-probs are recomputed here, under
+  the same autocast, temperature, padding layout and micro-batches as the training forwards, so the first ratio
+  on fresh samples is exactly 1;
+* the policy pi_theta being trained.
 
-then AdamW, gradient clipping to ``max_grad_norm``. Same as veRL's ``compute_policy_loss_vanilla`` with
-``loss_agg_mode="token-mean"`` and ``kl_loss_type="low_var_kl"`` (as used by the VPO reference,
-github.com/ryanboldi/vpo), minus veRL's dual-clip lower bound (clip_ratio_c) and its clamp of kl_t to +-10; like
-veRL, the log-ratios are clamped to +-20 before exp for numerical safety.
+For a minibatch and one scalar advantage A per completion (``proposer.estimators``; zero advantages are kept:
+they count in the token-mean denominator and carry their KL term, as in veRL)::
 
-Reference policy: for a ``peft.PeftModel`` the base model with the adapter disabled (``model.disable_adapter()``),
-so no second copy lives in memory; for full fine-tuning an explicit frozen copy (``PolicyTrainer.frozen_copy``),
-or None to skip the KL term (also skipped when kl_beta == 0).
+    w_t    = min(exp(log pi_old(y_t) - log b(y_t)), is_cap)     truncated IS weight, detached; 1 without b
+    r_t    = exp(log pi_theta(y_t) - log pi_old(y_t))
+    pg_t   = w_t * max(-A r_t, -A clip(r_t, 1 - clip_eps, 1 + clip_eps))
+    d_t    = log pi_ref(y_t) - log pi_theta(y_t);   kl_t = exp(d_t) - d_t - 1         k3 (Schulman 2020)
+    loss   = sum_t (pg_t + kl_beta * kl_t) / (completion tokens in the minibatch)     token-mean
+
+All log-probs are of the distribution sampled from: log_softmax(logits / T), renormalised over the top-p
+nucleus when top_p < 1 (``tempered_logprobs``). Missing behaviour log-probs are not taken as on-policy silently:
+their weight is 1 and ``n_missing_behaviour`` counts them. ``behaviour_gap`` (mean log pi_old - log b over the
+tokens that have b) is the sampler-learner mismatch, ~0 on fresh samples.
+
+Memory: a minibatch is run as micro-batches of ``micro_batch`` completions, gradients accumulated, each
+micro-batch's loss divided by the *minibatch's* token count, so the update does not depend on the split.
+Only the completion positions reach the LM head (``logits_to_keep``, prompts left-padded so all completions end
+the sequence). Gradient checkpointing runs in train mode (HF skips it in eval mode); dropout is switched off
+in the model's config and modules instead of by ``eval()``.
+
+Precision: AdamW never steps bf16/fp16 parameters (a bf16 weight ignores an update below 2^-8 of itself: one
+lr-1e-5 step moved 15% of a bf16 model's weights, 99% in fp32). Trainable low-precision parameters are made
+fp32 in place (the fp32 learner); on CUDA the forwards run under bf16 autocast; frozen weights (LoRA base,
+KL reference) stay as loaded. ``upcast_trainable=False`` with such parameters is an error.
+
+Reference policy: for a ``peft.PeftModel`` the base model with the adapter disabled; for full fine-tuning an
+explicit frozen copy (``PolicyTrainer.frozen_copy``), or None to skip the KL term (also when kl_beta == 0).
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -46,14 +66,30 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # global grad-norm clip (<= 0: no clipping, the norm is still reported)
     epochs: int = 1  # passes over the samples per step()
     minibatch: int = 8  # completions per optimizer update
+    micro_batch: int = 0  # completions per forward/backward inside a minibatch (0: the whole minibatch)
     weight_decay: float = 0.0  # AdamW decoupled weight decay
+    temperature: float = 1.0  # sampling temperature: log-probs are of softmax(logits / T) (<= 0: T = 1)
+    top_p: float = 1.0  # sampling nucleus: log-probs renormalised over it when < 1
+    is_cap: float = 2.0  # truncation of the behaviour importance weight pi_old / b
+    gradient_checkpointing: bool = False  # recompute activations in backward (HF, non-reentrant)
+    max_seq_len: int = 0  # prompt + completion tokens per row (0: no limit); longer: prompt cut on the left
     bf16_autocast_on_gpu: bool = True  # forward in bf16 autocast on CUDA; log-softmax always in fp32
+    upcast_trainable: bool = True  # make bf16/fp16 trainable parameters fp32 (False: error if there are any)
+
+    def __post_init__(self) -> None:
+        checks = [("lr", self.lr >= 0), ("clip_eps", self.clip_eps > 0), ("kl_beta", self.kl_beta >= 0),
+                  ("epochs", self.epochs >= 1), ("minibatch", self.minibatch >= 1),
+                  ("micro_batch", self.micro_batch >= 0), ("top_p", 0 < self.top_p <= 1),
+                  ("is_cap", self.is_cap >= 1), ("max_seq_len", self.max_seq_len == 0 or self.max_seq_len >= 2)]
+        bad = [k for k, ok in checks if not ok]
+        if bad:
+            raise ValueError(f"TrainConfig: bad {bad[0]} = {getattr(self, bad[0])!r}")
 
 
 @dataclass
 class TrainSample:
     """One completion to learn from. behaviour_logprobs: per completion token, from the sampling policy
-    (None: treat as on-policy, i.e. use the current policy's detached log-probs at the start of step())."""
+    (None: unknown; the sample gets IS weight 1 and is counted in ``n_missing_behaviour``)."""
 
     prompt_ids: list[int]
     completion_ids: list[int]
@@ -76,6 +112,10 @@ def _is_peft(model: Any) -> bool:
     return isinstance(model, PeftModel)
 
 
+def _base(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
@@ -86,18 +126,45 @@ def _autocast(device: torch.device, enabled: bool):
     return nullcontext()
 
 
+def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                      top_p: float = 1.0) -> torch.Tensor:
+    """log p(target) under the distribution a sampler draws from: softmax(logits / T) (T <= 0, greedy: T = 1),
+    restricted to the top-p nucleus and renormalised when top_p < 1. The nucleus is the smallest set of most
+    likely tokens whose mass reaches top_p (the first token always in); the target is always kept in it, so a
+    token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) -> (...)."""
+    z = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        z = z / temperature
+    logp = F.log_softmax(z, dim=-1)
+    if top_p < 1.0:
+        with torch.no_grad():
+            sorted_p, idx = logp.exp().sort(dim=-1, descending=True)
+            keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
+            keep = torch.zeros_like(keep_sorted).scatter_(-1, idx, keep_sorted)
+            keep.scatter_(-1, targets[..., None], True)
+        logp = logp.masked_fill(~keep, float("-inf"))
+        logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
+    return logp.gather(-1, targets[..., None]).squeeze(-1)
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    return "logits_to_keep" in inspect.signature(_base(model).forward).parameters
+
+
 def completion_logprobs(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
     completions: Sequence[Sequence[int]],
     *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
     bf16_autocast: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probs of each completion given its prompt, in one right-padded forward pass.
+    """Per-token log-probs of each completion given its prompt (``tempered_logprobs``), one padded forward.
 
-    Row b of the batch is prompt_b + completion_b + padding, attention_mask 1 on the real tokens. Completion
-    token j of row b sits at position p_b + j (p_b = len(prompt_b)) and is predicted by the logits at position
-    p_b + j - 1, so only those B x T_c rows of the logits go through log_softmax (in fp32).
+    Layout: prompts left-padded to P = longest prompt, completions right-padded after column P, position ids
+    from the attention mask. Completion token j of every row is predicted by the logits at column P - 1 + j, so
+    the last T_c + 1 columns are all the LM head has to produce (``logits_to_keep``; models without it: slice).
     Returns (logp, mask), both (B, T_c) with T_c = longest completion; mask is 1.0 on real completion tokens.
     Gradients flow unless the caller wraps this in torch.no_grad().
     """
@@ -108,23 +175,24 @@ def completion_logprobs(
     lc = [len(c) for c in completions]
     if any(n == 0 for n in lp):
         raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
-    b, length, t_c = len(prompts), max(p + c for p, c in zip(lp, lc)), max(lc)
-    input_ids = torch.zeros((b, length), dtype=torch.long)
-    attn = torch.zeros((b, length), dtype=torch.long)
+    b, width, t_c = len(prompts), max(lp), max(lc)
+    input_ids = torch.zeros((b, width + t_c), dtype=torch.long)
+    attn = torch.zeros((b, width + t_c), dtype=torch.long)
     targets = torch.zeros((b, t_c), dtype=torch.long)
     mask = torch.zeros((b, t_c))
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        input_ids[i, : lp[i] + lc[i]] = torch.tensor(list(p) + list(c), dtype=torch.long)
-        attn[i, : lp[i] + lc[i]] = 1
+        input_ids[i, width - lp[i]: width] = torch.tensor(list(p), dtype=torch.long)
+        input_ids[i, width: width + lc[i]] = torch.tensor(list(c), dtype=torch.long)
+        attn[i, width - lp[i]: width + lc[i]] = 1
         targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
         mask[i, : lc[i]] = 1.0
-    input_ids, attn, targets, mask = (x.to(device) for x in (input_ids, attn, targets, mask))
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    input_ids, attn, pos, targets, mask = (x.to(device) for x in (input_ids, attn, pos, targets, mask))
+    kw = {"logits_to_keep": t_c + 1} if _keeps_logits(model) else {}
     with _autocast(device, bf16_autocast):
-        logits = model(input_ids=input_ids, attention_mask=attn, use_cache=False).logits  # (B, L, V)
-    pos = torch.tensor(lp, device=device)[:, None] - 1 + torch.arange(t_c, device=device)[None, :]
-    pos = pos.clamp(max=length - 1)  # padded slots point at a real position; masked out anyway
-    sel = logits.gather(1, pos[..., None].expand(-1, -1, logits.shape[-1]))  # (B, T_c, V)
-    logp = F.log_softmax(sel.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+        logits = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False, **kw).logits
+    logits = logits[:, -(t_c + 1): -1]  # (B, T_c, V): column P - 1 + j predicts completion token j
+    logp = tempered_logprobs(logits, targets, temperature, top_p)
     return logp * mask, mask
 
 
@@ -134,31 +202,73 @@ def batch_sequence_logprobs(
     prompts: Sequence[Sequence[int]],
     completions: Sequence[Sequence[int]],
     *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
     bf16_autocast: bool = False,
 ) -> list[list[float]]:
-    """Per-token log-probs of several completions (eval mode: dropout off, as in PolicyTrainer.step)."""
+    """Per-token log-probs of several completions (eval mode: dropout off)."""
     was_training = model.training
     model.eval()
     try:
-        logp, _ = completion_logprobs(model, prompts, completions, bf16_autocast=bf16_autocast)
+        logp, _ = completion_logprobs(model, prompts, completions, temperature=temperature, top_p=top_p,
+                                      bf16_autocast=bf16_autocast)
     finally:
         model.train(was_training)
     return [logp[i, : len(c)].tolist() for i, c in enumerate(completions)]
 
 
-def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int], completion_ids: Sequence[int]) -> list[float]:
+def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                      *, temperature: float = 1.0) -> list[float]:
     """Per-token log-probs log pi(y_t | prompt, y_<t) of one completion under ``model``."""
     if len(completion_ids) == 0:
         return []
-    return batch_sequence_logprobs(model, [prompt_ids], [completion_ids])[0]
+    return batch_sequence_logprobs(model, [prompt_ids], [completion_ids], temperature=temperature)[0]
+
+
+def disable_dropout(model: torch.nn.Module) -> None:
+    """Dropout off without ``eval()`` (which would also switch HF gradient checkpointing off): every float
+    ``*dropout*`` / ``*pdrop*`` field of the config, every ``nn.Dropout``, and the float dropout attributes that
+    attention modules copy from the config at construction."""
+    cfgs = {id(c): c for c in (getattr(model, "config", None), getattr(_base(model), "config", None)) if c}
+    for cfg in cfgs.values():
+        for k, v in list(vars(cfg).items()):
+            if ("dropout" in k or "pdrop" in k) and isinstance(v, float):
+                setattr(cfg, k, 0.0)
+    for mod in model.modules():
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+        for k, v in list(vars(mod).items()):
+            if ("dropout" in k or "pdrop" in k) and isinstance(v, float):
+                setattr(mod, k, 0.0)
+
+
+def enable_checkpointing(model: torch.nn.Module) -> None:
+    """HF activation checkpointing of every decoder layer, non-reentrant (works when the inputs need no grad,
+    as with LoRA). Active only in train mode, which is why the trainer never uses eval() for dropout."""
+    base = _base(model)
+    if getattr(base, "activation_checkpointing_enable", None) is not None:  # transformers >= 5.x
+        base.activation_checkpointing_enable({"use_reentrant": False})
+    elif getattr(base, "gradient_checkpointing_enable", None) is not None:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        raise ValueError(f"gradient_checkpointing: {type(base).__name__} does not support it")
+
+
+def truncate_sample(s: TrainSample, max_len: int) -> tuple[TrainSample, bool]:
+    """Fit prompt + completion into max_len tokens: the prompt loses its start (its end leads into the
+    completion); a completion of max_len tokens or more keeps its first max_len - 1 (one prompt token stays)."""
+    if not max_len or len(s.prompt_ids) + len(s.completion_ids) <= max_len:
+        return s, False
+    n_c = min(len(s.completion_ids), max_len - 1)
+    beh = None if s.behaviour_logprobs is None else list(s.behaviour_logprobs[:n_c])
+    return TrainSample(list(s.prompt_ids[-(max_len - n_c):]), list(s.completion_ids[:n_c]), beh, s.advantage), True
 
 
 class PolicyTrainer:
-    """PPO-clip policy update with a k3 KL penalty; see the module docstring for the loss.
+    """Decoupled PPO-clip update with a k3 KL penalty; see the module docstring for the loss.
 
     ``step(samples)`` runs ``cfg.epochs`` passes over the samples in order (callers shuffle), one AdamW update per
-    ``cfg.minibatch`` completions, and returns token-weighted mean statistics. The model is put in eval mode
-    (dropout off) during the update so an on-policy ratio is exactly 1, then restored.
+    ``cfg.minibatch`` completions, and returns token-weighted mean statistics.
     """
 
     def __init__(self, model: torch.nn.Module, cfg: TrainConfig | None = None, ref_model: torch.nn.Module | None = None):
@@ -169,15 +279,26 @@ class PolicyTrainer:
         if ref_model is not None:
             ref_model.eval()
             ref_model.requires_grad_(False)
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        if not self.params:
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not named:
             raise ValueError("the model has no trainable parameters")
+        low = [n for n, p in named if p.dtype in (torch.bfloat16, torch.float16)]
+        if low and not self.cfg.upcast_trainable:
+            raise ValueError(f"{len(low)} trainable parameters are {named[0][1].dtype}: AdamW on them loses most "
+                             f"updates to rounding; keep upcast_trainable=True (fp32 learner) or load in float32")
+        for _, p in named:
+            if p.dtype != torch.float32:
+                p.data = p.data.float()
+        disable_dropout(model)
+        if self.cfg.gradient_checkpointing:
+            enable_checkpointing(model)
+        self.params = [p for _, p in named]
         self.opt = torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         self.version = 0  # optimizer steps taken (callers publish it as the policy version)
 
     @staticmethod
     def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
-        """A frozen deep copy to serve as the KL reference for full fine-tuning."""
+        """A frozen deep copy (same dtype as ``model`` now) to serve as the KL reference for full fine-tuning."""
         ref = copy.deepcopy(model)
         ref.eval()
         ref.requires_grad_(False)
@@ -189,7 +310,8 @@ class PolicyTrainer:
 
     def _logprobs(self, samples: Sequence[TrainSample], model: torch.nn.Module | None = None):
         return completion_logprobs(self.model if model is None else model, [s.prompt_ids for s in samples],
-                                   [s.completion_ids for s in samples], bf16_autocast=self.cfg.bf16_autocast_on_gpu)
+                                   [s.completion_ids for s in samples], temperature=self.cfg.temperature,
+                                   top_p=self.cfg.top_p, bf16_autocast=self.cfg.bf16_autocast_on_gpu)
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: Sequence[TrainSample]) -> torch.Tensor:
@@ -197,6 +319,30 @@ class PolicyTrainer:
             return self._logprobs(samples, self.ref_model)[0]
         with self.model.disable_adapter():  # PEFT: the base model is the reference
             return self._logprobs(samples)[0]
+
+    def _split(self, samples: list[TrainSample]) -> list[list[list[TrainSample]]]:
+        """Minibatches of ``minibatch`` completions, each cut into micro-batches of ``micro_batch``."""
+        mbs = [samples[i: i + self.cfg.minibatch] for i in range(0, len(samples), self.cfg.minibatch)]
+        k = self.cfg.micro_batch or self.cfg.minibatch
+        return [[mb[i: i + k] for i in range(0, len(mb), k)] for mb in mbs]
+
+    def _is_weights(self, chunk: list[TrainSample], old: torch.Tensor, sums: dict[str, float]) -> torch.Tensor:
+        """Truncated importance weights min(pi_old / b, is_cap) per token (1 where b is unknown)."""
+        w = torch.ones_like(old)
+        for i, s in enumerate(chunk):
+            n = len(s.completion_ids)
+            if s.behaviour_logprobs is None:
+                sums["n_missing_behaviour"] += 1
+                continue
+            beh = torch.tensor(s.behaviour_logprobs, device=old.device, dtype=old.dtype)
+            gap = old[i, :n] - beh
+            raw = torch.exp(gap.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+            w[i, :n] = raw.clamp(max=self.cfg.is_cap)
+            sums["gap"] += float(gap.sum())
+            sums["gap_abs"] += float(gap.abs().sum())
+            sums["is_truncated"] += float((raw > self.cfg.is_cap).sum())
+            sums["beh_tokens"] += n
+        return w
 
     def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         cfg = self.cfg
@@ -206,66 +352,65 @@ class PolicyTrainer:
                                  f"{len(s.completion_ids)} completion tokens")
             if not math.isfinite(s.advantage):
                 raise ValueError(f"sample {i}: advantage is {s.advantage}")
-        samples = [s for s in samples if len(s.completion_ids) > 0]  # nothing to learn from an empty completion
+        fitted = [truncate_sample(s, cfg.max_seq_len) for s in samples if len(s.completion_ids) > 0]
+        samples = [s for s, _ in fitted]  # nothing to learn from an empty completion
         n_tokens = sum(len(s.completion_ids) for s in samples)
         stats = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, grad_norm=0.0,
-                     n_tokens=float(n_tokens), n_samples=float(len(samples)), n_updates=0.0)
+                     n_tokens=float(n_tokens), n_samples=float(len(samples)), n_updates=0.0,
+                     n_truncated=float(sum(t for _, t in fitted)), n_missing_behaviour=0.0, behaviour_gap=0.0,
+                     behaviour_gap_abs=0.0, is_weight=0.0, is_truncated_frac=0.0)
         if not samples:
             return stats
         device = _device(self.model)
         was_training = self.model.training
-        self.model.eval()
+        self.model.train()  # dropout is off (disable_dropout); train mode keeps gradient checkpointing on
         try:
-            minibatches = [samples[i: i + cfg.minibatch] for i in range(0, len(samples), cfg.minibatch)]
-            # Behaviour log-probs, padded like the model output; missing ones = current policy, frozen now.
-            old = []
-            for mb in minibatches:
-                t_c = max(len(s.completion_ids) for s in mb)
-                o = torch.zeros((len(mb), t_c), device=device)
-                if any(s.behaviour_logprobs is None for s in mb):
-                    with torch.no_grad():
-                        o = self._logprobs(mb)[0].detach()
-                for i, s in enumerate(mb):
-                    if s.behaviour_logprobs is not None:
-                        o[i, : len(s.completion_ids)] = torch.tensor(s.behaviour_logprobs, device=device)
-                old.append(o)
-            # Reference log-probs: fixed during the step, so computed once per minibatch, not once per epoch.
-            refs = [self._ref_logprobs(mb) if self.uses_kl else None for mb in minibatches]
-            sums = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0)
+            plan = self._split(samples)
+            beh = dict(gap=0.0, gap_abs=0.0, is_truncated=0.0, beh_tokens=0.0, n_missing_behaviour=0.0)
+            with torch.no_grad():  # pi_old: the learner now, same layout as the training forwards below
+                old = [[self._logprobs(mc)[0] for mc in mb] for mb in plan]
+                weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)] for mb, olds in zip(plan, old)]
+                refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
+            sums = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, is_weight=0.0)
             tok_seen, norms = 0.0, []
+            max_norm = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else float("inf")
             for _ in range(cfg.epochs):
-                for mb, old_lp, ref_lp in zip(minibatches, old, refs):
-                    cur, mask = self._logprobs(mb)
-                    n_tok = mask.sum()
-                    adv = torch.tensor([s.advantage for s in mb], device=device, dtype=cur.dtype)[:, None]
-                    ratio = torch.exp((cur - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-                    pg1 = -adv * ratio
-                    pg2 = -adv * ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-                    pg = torch.maximum(pg1, pg2)
-                    if ref_lp is not None:
-                        d = (ref_lp - cur).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-                        kl = torch.exp(d) - d - 1.0
-                    else:
-                        kl = torch.zeros_like(cur)
-                    per_tok = pg + cfg.kl_beta * kl
-                    loss = (per_tok * mask).sum() / n_tok
+                for mb, olds, ws, rfs in zip(plan, old, weights, refs):
+                    n_tok = float(sum(len(s.completion_ids) for chunk in mb for s in chunk))
                     self.opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    max_norm = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else float("inf")
+                    for chunk, old_lp, w, ref_lp in zip(mb, olds, ws, rfs):
+                        cur, mask = self._logprobs(chunk)
+                        adv = torch.tensor([s.advantage for s in chunk], device=device, dtype=cur.dtype)[:, None]
+                        ratio = torch.exp((cur - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+                        pg1 = -adv * ratio
+                        pg2 = -adv * ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+                        pg = w * torch.maximum(pg1, pg2)
+                        if ref_lp is not None:
+                            d = (ref_lp - cur).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+                            kl = torch.exp(d) - d - 1.0
+                        else:
+                            kl = torch.zeros_like(cur)
+                        loss = ((pg + cfg.kl_beta * kl) * mask).sum() / n_tok
+                        loss.backward()
+                        with torch.no_grad():
+                            sums["loss"] += float(loss) * n_tok
+                            sums["pg_loss"] += float((pg * mask).sum())
+                            sums["kl"] += float((kl * mask).sum())
+                            sums["clip_frac"] += float(((pg2 > pg1).float() * mask).sum())
+                            sums["mean_ratio"] += float((ratio * mask).sum())
+                            sums["is_weight"] += float((w * mask).sum())
                     norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
                     self.opt.step()
                     self.version += 1
-                    with torch.no_grad():
-                        w = float(n_tok)
-                        tok_seen += w
-                        sums["loss"] += float(loss) * w
-                        sums["pg_loss"] += float((pg * mask).sum())
-                        sums["kl"] += float((kl * mask).sum())
-                        sums["clip_frac"] += float(((pg2 > pg1).float() * mask).sum())
-                        sums["mean_ratio"] += float((ratio * mask).sum())
+                    tok_seen += n_tok
             stats.update({k: v / tok_seen for k, v in sums.items()})
             stats["grad_norm"] = sum(norms) / len(norms)
             stats["n_updates"] = float(len(norms))
+            stats["n_missing_behaviour"] = beh["n_missing_behaviour"]
+            if beh["beh_tokens"]:
+                stats["behaviour_gap"] = beh["gap"] / beh["beh_tokens"]
+                stats["behaviour_gap_abs"] = beh["gap_abs"] / beh["beh_tokens"]
+                stats["is_truncated_frac"] = beh["is_truncated"] / beh["beh_tokens"]
         finally:
             self.model.train(was_training)
         return stats

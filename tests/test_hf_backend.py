@@ -75,12 +75,16 @@ def test_seed_determinism(backend):
 
 
 def test_logprobs_match_training(backend):
-    """Behaviour log-probs are of the untempered distribution, equal to what the trainer recomputes."""
+    """Behaviour log-probs are of the distribution sampled from (temperature, top-p nucleus), equal to what the
+    trainer computes with the same temperature and top-p, and not to the untempered ones."""
     groups = backend.generate(PROMPTS, 3, SamplingParams(temperature=0.7, top_p=0.9, max_tokens=16, seed=5))
     comps = [c for g in groups for c in g]
-    ref = batch_sequence_logprobs(backend.model, [c.prompt_token_ids for c in comps], [c.token_ids for c in comps])
+    args = ([c.prompt_token_ids for c in comps], [c.token_ids for c in comps])
+    ref = batch_sequence_logprobs(backend.model, *args, temperature=0.7, top_p=0.9)
     for c, r in zip(comps, ref):
         assert max(abs(a - b) for a, b in zip(c.logprobs, r)) < 1e-4
+    raw = batch_sequence_logprobs(backend.model, *args)
+    assert max(abs(a - b) for c, r in zip(comps, raw) for a, b in zip(c.logprobs, r)) > 1e-2
 
 
 def test_left_padding_matches_single_prompt_greedy(backend):
@@ -160,9 +164,13 @@ def test_lora_hot_swap(model_dir, tmp_path):
 
 
 def test_chat_template_prefills_answer_tag(model_dir):
-    b = HFBackend(model_dir, device="cpu", threads=1, chat=True)
+    b = HFBackend(model_dir, device="cpu", threads=1)
+    assert b.chat is False  # auto: this tokenizer has no chat template
+    with pytest.raises(BackendError, match="no chat template"):
+        HFBackend(model_dir, device="cpu", threads=1, chat=True)
     b.tokenizer.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}"
                                  "{% if not loop.last %}{{ '\\n' }}{% endif %}{% endfor %}")
+    b.chat = True
     ids, _ = b.encode_prompt("solve this\n<answer_1>", 8)
     assert b.tokenizer.decode(ids) == "<|user|>solve this\n<|assistant|><answer_1>"
 

@@ -109,17 +109,34 @@ def test_on_policy_ratio_is_one_and_stats():
     assert st2["mean_ratio"] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_clipped_tokens_get_no_gradient():
+def test_second_epoch_is_clipped():
     model = tiny_llama()
     samples = random_samples(4)
-    for s in samples:  # behaviour much less likely than current: ratio = e > 1 + clip_eps
-        s.behaviour_logprobs = [x - 1.0 for x in sequence_logprobs(model, s.prompt_ids, s.completion_ids)]
+    for s in samples:
         s.advantage = 1.0
-    st = PolicyTrainer(model, TrainConfig(kl_beta=0.0)).step(samples)
-    assert st["clip_frac"] == 1.0 and st["mean_ratio"] == pytest.approx(np.e, rel=1e-4)
-    assert st["grad_norm"] == 0.0
+    st = PolicyTrainer(model, TrainConfig(kl_beta=0.0, lr=0.5, epochs=2, minibatch=4, max_grad_norm=0)).step(samples)
+    assert st["clip_frac"] > 0.1  # epoch 2 sees ratios outside [0.8, 1.2] after a huge first update
     with pytest.raises(ValueError, match="behaviour"):
         PolicyTrainer(model).step([TrainSample([1], [2, 3], [-1.0], 1.0)])
+
+
+def test_stale_behaviour_gets_truncated_importance_weight():
+    """Decoupled PPO: the ratio is against the learner at step start (exactly 1 at first), and the sampler's
+    log-probs only enter the truncated IS weight min(pi_old / b, is_cap) and the logged gap."""
+    model = tiny_llama()
+    samples = random_samples(4)
+    for s in samples:  # behaviour 1 nat less likely than the learner: weight e, truncated to 2
+        s.behaviour_logprobs = [x - 1.0 for x in sequence_logprobs(model, s.prompt_ids, s.completion_ids)]
+        s.advantage = 1.0
+    st = PolicyTrainer(model, TrainConfig(kl_beta=0.0, lr=0.0)).step(samples)
+    assert st["mean_ratio"] == 1.0 and st["clip_frac"] == 0.0
+    assert st["behaviour_gap"] == pytest.approx(1.0, abs=1e-5) and st["is_truncated_frac"] == 1.0
+    assert st["is_weight"] == pytest.approx(2.0) and st["pg_loss"] == pytest.approx(-2.0)
+    st = PolicyTrainer(tiny_llama(), TrainConfig(kl_beta=0.0, lr=0.0, is_cap=5.0)).step(samples)
+    assert st["is_weight"] == pytest.approx(np.e, rel=1e-4) and st["is_truncated_frac"] == 0.0
+    # missing behaviour log-probs: weight 1, counted, never mistaken for a measured gap
+    st = PolicyTrainer(tiny_llama(), TrainConfig(kl_beta=0.0, lr=0.0)).step(random_samples(3))
+    assert st["n_missing_behaviour"] == 3 and st["is_weight"] == 1.0 and st["behaviour_gap"] == 0.0
 
 
 def test_empty_batch_is_a_no_op():
@@ -199,7 +216,8 @@ def test_vpo_training_raises_set_reward():
         history.append(np.mean([set_reward(m, eval_w) for m in mats]))
         diversity.append(diag["argmax_diversity_mean"])
         st = trainer.step([TrainSample(PROMPT, t, lp, float(a)) for t, lp, a in zip(toks, lps, adv)])
-        assert st["mean_ratio"] == pytest.approx(1.0, abs=1e-4)  # stored behaviour log-probs match the model
+        assert st["mean_ratio"] == 1.0  # pi_old is recomputed by the learner: exactly on-policy at first
+        assert abs(st["behaviour_gap"]) < 1e-4  # the sampler's log-probs match the learner's
     early, late = np.mean(history[:5]), np.mean(history[-5:])
     assert late > early + 0.15, (early, late)
     assert np.mean(diversity[-5:]) > np.mean(diversity[:5])  # more answers win some weighting

@@ -60,3 +60,46 @@ def test_vllm_campaign_trains_and_hot_swaps_lora(tmp_path):
     assert published >= 1
     late = [c.policy_version for g in groups if g.iteration >= 4 for c in g.completions]
     assert late and all(v >= published for v in late)
+
+
+def test_killed_vllm_training_campaign_resumes(tmp_path):
+    """kill -9 right after a training step whose snapshot supersedes the one the last checkpoint names (the
+    second step, iteration 4), then `vevo resume`: the engine reloads the checkpoint's adapter, the trainer
+    publishes its newer one, and the run finishes with the uninterrupted run's training schedule."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from evolve.archive import Archive
+    from tests.campaign_helpers import ROOT
+
+    run = tmp_path / "run"
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("max_tokens: 96\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
+                   "train_lr: 0.001\nseed: 5\nsuite: pbe-train\niterations: 8\nislands: 1\nanswers: 2\ngroup: 2\n"
+                   f"proposer: vllm:{TINY_CHECKPOINT}\n")
+    p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
+                         cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    state = run / "trainer" / "state.json"
+    end = time.time() + 800
+    while time.time() < end and p.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["iteration"] >= 4:
+            break
+        time.sleep(0.02)
+    assert p.poll() is None, p.stderr.read().decode()[-3000:]
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    with Archive(run / "archive.db", readonly=True) as a:
+        at_kill = a.checkpoint()[0]
+    assert at_kill < 8
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows = a.training_rows()
+        groups = a.recent_groups(100)
+    assert [r.step for r in rows] == [2, 4, 6, 8]
+    assert len(groups) == 8
+    versions = [c.policy_version for g in groups for c in g.completions]
+    assert versions == sorted(versions) and max(versions) >= rows[1].policy_version

@@ -36,6 +36,11 @@ lr-1e-5 step moved 15% of a bf16 model's weights, 99% in fp32). Trainable low-pr
 fp32 in place (the fp32 learner); on CUDA the forwards run under bf16 autocast; frozen weights (LoRA base,
 KL reference) stay as loaded. ``upcast_trainable=False`` with such parameters is an error.
 
+Policy movement, logged by every ``step()`` (one extra forward without gradients): ``policy_kl`` (mean over the
+step's completion tokens of r log r, r = pi_new / pi_old: an importance estimate of KL(new || old) from tokens
+sampled by ~pi_old), ``mean_abs_dlogp`` and ``greedy_changed`` (fraction of those positions whose most likely
+token changed): an update that moves nothing shows up as zeros, whatever the loss says.
+
 Reference policy: for a ``peft.PeftModel`` the base model with the adapter disabled; for full fine-tuning an
 explicit frozen copy (``PolicyTrainer.frozen_copy``), or None to skip the KL term (also when kl_beta == 0).
 """
@@ -159,14 +164,16 @@ def completion_logprobs(
     temperature: float = 1.0,
     top_p: float = 1.0,
     bf16_autocast: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    with_argmax: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """Per-token log-probs of each completion given its prompt (``tempered_logprobs``), one padded forward.
 
     Layout: prompts left-padded to P = longest prompt, completions right-padded after column P, position ids
     from the attention mask. Completion token j of every row is predicted by the logits at column P - 1 + j, so
     the last T_c + 1 columns are all the LM head has to produce (``logits_to_keep``; models without it: slice).
-    Returns (logp, mask), both (B, T_c) with T_c = longest completion; mask is 1.0 on real completion tokens.
-    Gradients flow unless the caller wraps this in torch.no_grad().
+    Returns (logp, mask), both (B, T_c) with T_c = longest completion; mask is 1.0 on real completion tokens;
+    with_argmax, also the greedy token at each position (B, T_c). Gradients flow unless the caller wraps this in
+    torch.no_grad().
     """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
@@ -193,6 +200,8 @@ def completion_logprobs(
         logits = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False, **kw).logits
     logits = logits[:, -(t_c + 1): -1]  # (B, T_c, V): column P - 1 + j predicts completion token j
     logp = tempered_logprobs(logits, targets, temperature, top_p)
+    if with_argmax:
+        return logp * mask, mask, logits.detach().argmax(-1)
     return logp * mask, mask
 
 
@@ -308,10 +317,29 @@ class PolicyTrainer:
     def uses_kl(self) -> bool:
         return self.cfg.kl_beta > 0 and (self.ref_model is not None or self.is_peft)
 
-    def _logprobs(self, samples: Sequence[TrainSample], model: torch.nn.Module | None = None):
+    def _logprobs(self, samples: Sequence[TrainSample], model: torch.nn.Module | None = None,
+                  with_argmax: bool = False):
         return completion_logprobs(self.model if model is None else model, [s.prompt_ids for s in samples],
                                    [s.completion_ids for s in samples], temperature=self.cfg.temperature,
-                                   top_p=self.cfg.top_p, bf16_autocast=self.cfg.bf16_autocast_on_gpu)
+                                   top_p=self.cfg.top_p, bf16_autocast=self.cfg.bf16_autocast_on_gpu,
+                                   with_argmax=with_argmax)
+
+    @torch.no_grad()
+    def _movement(self, plan, old, old_greedy) -> dict[str, float]:
+        """How far this step moved the policy, on the step's own completion tokens (sampled from ~pi_old):
+        policy_kl = mean_t r log r with r = pi_new / pi_old (an importance estimate of KL(new || old) per token),
+        mean_abs_dlogp = mean_t |log pi_new - log pi_old|, greedy_changed = fraction of positions whose argmax
+        token changed. One forward without gradients."""
+        kl = dlp = changed = tok = 0.0
+        for mb, olds, greedy in zip(plan, old, old_greedy):
+            for chunk, old_lp, g_old in zip(mb, olds, greedy):
+                new_lp, mask, g_new = self._logprobs(chunk, with_argmax=True)
+                d = (new_lp - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+                kl += float((torch.exp(d) * d * mask).sum())
+                dlp += float((d.abs() * mask).sum())
+                changed += float(((g_new != g_old).float() * mask).sum())
+                tok += float(mask.sum())
+        return {"policy_kl": kl / tok, "mean_abs_dlogp": dlp / tok, "greedy_changed": changed / tok} if tok else {}
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: Sequence[TrainSample]) -> torch.Tensor:
@@ -355,7 +383,8 @@ class PolicyTrainer:
         fitted = [truncate_sample(s, cfg.max_seq_len) for s in samples if len(s.completion_ids) > 0]
         samples = [s for s, _ in fitted]  # nothing to learn from an empty completion
         n_tokens = sum(len(s.completion_ids) for s in samples)
-        stats = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, grad_norm=0.0,
+        stats = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, grad_norm=0.0, policy_kl=0.0,
+                     mean_abs_dlogp=0.0, greedy_changed=0.0,
                      n_tokens=float(n_tokens), n_samples=float(len(samples)), n_updates=0.0,
                      n_truncated=float(sum(t for _, t in fitted)), n_missing_behaviour=0.0, behaviour_gap=0.0,
                      behaviour_gap_abs=0.0, is_weight=0.0, is_truncated_frac=0.0)
@@ -368,7 +397,10 @@ class PolicyTrainer:
             plan = self._split(samples)
             beh = dict(gap=0.0, gap_abs=0.0, is_truncated=0.0, beh_tokens=0.0, n_missing_behaviour=0.0)
             with torch.no_grad():  # pi_old: the learner now, same layout as the training forwards below
-                old = [[self._logprobs(mc)[0] for mc in mb] for mb in plan]
+                probes = [[self._logprobs(mc, with_argmax=True) for mc in mb] for mb in plan]
+                old = [[p[0] for p in mb] for mb in probes]
+                old_greedy = [[p[2] for p in mb] for mb in probes]
+                del probes
                 weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)] for mb, olds in zip(plan, old)]
                 refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
             sums = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, is_weight=0.0)
@@ -411,6 +443,7 @@ class PolicyTrainer:
                 stats["behaviour_gap"] = beh["gap"] / beh["beh_tokens"]
                 stats["behaviour_gap_abs"] = beh["gap_abs"] / beh["beh_tokens"]
                 stats["is_truncated_frac"] = beh["is_truncated"] / beh["beh_tokens"]
+            stats.update(self._movement(plan, old, old_greedy))
         finally:
             self.model.train(was_training)
         return stats

@@ -221,3 +221,31 @@ def test_vpo_training_raises_set_reward():
     early, late = np.mean(history[:5]), np.mean(history[-5:])
     assert late > early + 0.15, (early, late)
     assert np.mean(diversity[-5:]) > np.mean(diversity[:5])  # more answers win some weighting
+
+
+def test_policy_movement_is_measured_against_an_independent_computation():
+    """policy_kl, mean_abs_dlogp and greedy_changed: zero for an update that moves nothing (lr 0), and equal to
+    the same quantities computed here from two independent forwards (before / after) for one that moves."""
+    samples = random_samples(6, seed=3)
+    still = PolicyTrainer(tiny_llama(), TrainConfig(lr=0.0, minibatch=8)).step(samples)
+    assert still["policy_kl"] == 0.0 and still["mean_abs_dlogp"] == 0.0 and still["greedy_changed"] == 0.0
+
+    model = tiny_llama()
+    before = copy.deepcopy(model)
+    st = PolicyTrainer(model, TrainConfig(lr=3e-2, minibatch=8)).step(samples)
+    kl = dlp = changed = n = 0.0
+    for s in samples:
+        ids = torch.tensor([s.prompt_ids + s.completion_ids])
+        with torch.no_grad():
+            lo_old = F.log_softmax(before(input_ids=ids).logits[0].float(), -1)
+            lo_new = F.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+        pos = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) + len(s.completion_ids) - 1)
+        tgt = torch.tensor(s.completion_ids)
+        d = lo_new[pos, tgt] - lo_old[pos, tgt]
+        kl += float((d.exp() * d).sum())
+        dlp += float(d.abs().sum())
+        changed += float((lo_new[pos].argmax(-1) != lo_old[pos].argmax(-1)).sum())
+        n += len(s.completion_ids)
+    assert st["policy_kl"] == pytest.approx(kl / n, rel=1e-4, abs=1e-7)
+    assert st["mean_abs_dlogp"] == pytest.approx(dlp / n, rel=1e-4) and st["mean_abs_dlogp"] > 1e-3
+    assert st["greedy_changed"] == pytest.approx(changed / n)

@@ -33,6 +33,7 @@ class Solve:
     iteration: int
     policy_version: int
     program_id: int
+    seed: bool  # the problem's seed program (no completion proposed it)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def gather_run(label: str, name: str, run_dir: str | Path) -> RunData:
         for pid in problems:
             for prog in a.programs(problem=pid):  # id order = evaluation order, iterations non-decreasing
                 if prog.solved and pid not in solved:
-                    solved[pid] = Solve(prog.iteration, prog.policy_version, prog.id)
+                    solved[pid] = Solve(prog.iteration, prog.policy_version, prog.id, prog.completion_id is None)
                 if pid not in best or prog.scalar > best[pid].scalar:
                     best[pid] = prog
         summary = summarize(a)
@@ -210,6 +211,10 @@ pre{background:#f7f7f7;padding:8px;overflow-x:auto;max-width:760px;font-size:12p
 """
 
 
+def _by(seed: bool, version: int) -> str:
+    return "seed program" if seed else f"policy v{version}"
+
+
 def _runs_table(data: ReportData) -> str:
     rows = ["<table id='runs'><tr><th>run</th><th>folder</th><th>training</th><th>iterations</th>"
             "<th>evaluations</th><th>solved</th><th>training steps</th></tr>"]
@@ -242,7 +247,7 @@ def _best_cell(data: ReportData, pid: str) -> str:
     err = p.artifacts.get("first_error") or p.artifacts.get("error")
     err_html = f"<p>first error: <code>{_e(err)}</code></p>" if err else ""
     return (f"<td><div>{_e(_fmt(p.scalar))} · {_e(p.status)} · {_e(run.name)}, iteration {p.iteration}, "
-            f"policy v{p.policy_version}</div><div>{_test_strip(p.vector, labels)}</div>"
+            f"{_by(p.completion_id is None, p.policy_version)}</div><div>{_test_strip(p.vector, labels)}</div>"
             f"<details><summary>program and per-test results</summary>{err_html}"
             f"<table><tr><th>test</th><th>case</th><th>score</th></tr>{tests}</table>"
             f"<pre><code>{_e(p.code)}</code></pre></details></td>")
@@ -257,7 +262,7 @@ def _problem_table(data: ReportData) -> str:
         for r in data.run_data:
             s, b = r.solved.get(pid), r.best.get(pid)
             if s is not None:
-                cells.append(f"<td class='solved'>solved at iteration {s.iteration}<br>policy v{s.policy_version}"
+                cells.append(f"<td class='solved'>solved at iteration {s.iteration}<br>{_by(s.seed, s.policy_version)}"
                              "</td>")
             elif pid not in r.problems:
                 cells.append("<td class='unsolved'>not in run</td>")

@@ -291,7 +291,11 @@ def cmd_report(args) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
-    index = report.render(report.gather(runs), out, args.x)
+    try:
+        data = report.gather(runs)
+    except ValueError as e:  # an archive.db that is not a vevo archive
+        raise UserError(str(e))
+    index = report.render(data, out, args.x)
     print(f"wrote {index}")
     return 0
 

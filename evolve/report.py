@@ -11,6 +11,7 @@ import html
 import json
 import math
 import re
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -69,8 +70,16 @@ class ReportData:
 # ---------------------------------------------------------------------------------------------- gathering
 
 def gather_run(label: str, name: str, run_dir: str | Path) -> RunData:
-    """Everything the page shows about one run, read per problem so a large archive never sits in memory."""
+    """Everything the page shows about one run, read per problem so a large archive never sits in memory.
+    ValueError (naming the run) when its archive.db is not a vevo archive."""
     run_dir = Path(run_dir)
+    try:
+        return _read_run(label, name, run_dir)
+    except sqlite3.DatabaseError as e:
+        raise ValueError(f"{run_dir / 'archive.db'}: {e}") from e
+
+
+def _read_run(label: str, name: str, run_dir: Path) -> RunData:
     with Archive(run_dir / "archive.db", readonly=True) as a:
         listed = [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
         config = json.loads(a.get_meta("config") or "{}")
@@ -108,10 +117,10 @@ def problem_info(configs: Sequence[dict[str, Any]]) -> dict[str, ProblemInfo]:
     from problems.model import ProblemError
     from problems.registry import discover
 
-    dirs = sorted({str(d) for c in configs for d in c.get("problems_dir") or []})
+    dirs = sorted({str(d) for c in configs for d in c.get("problems_dir") or [] if Path(d).is_dir()})
     try:
         reg = discover(dirs)
-    except (ProblemError, OSError):
+    except (ProblemError, OSError):  # a folder that no longer holds problems
         reg = discover([])
     found = dict(reg.problems)
     for c in configs:

@@ -168,7 +168,10 @@ def test_labels_share_one_convention(runs):
 
 
 def test_bad_input_is_one_line(runs, tmp_path):
-    for args in (["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "archive.db").write_text("not sqlite")
+    for args in (["report", str(tmp_path / "junk"), "--out", str(tmp_path / "r")],
+                 ["report", str(tmp_path / "nope"), "--out", str(tmp_path / "r")],
                  ["report", "--out", str(tmp_path / "r")],
                  ["report", "=x", "--out", str(tmp_path / "r")],
                  ["report", "--label", str(runs["vpo"]), "--out", str(tmp_path / "r")],

@@ -283,23 +283,34 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_curves(args) -> int:
-    from . import curves
-
-    runs: dict[str, list[str]] = {}
-    for r in args.runs:
-        runs.setdefault(Path(r).name, []).append(r)
-    for spec in args.label:
-        if "=" not in spec:
+def _labelled_runs(runs: list[str], labels: list[str]) -> dict[str, list[str]]:
+    """Run folders by label, as `curves` and `report` take them: RUN is labelled by its folder name, NAME=RUN
+    (positional or --label) by NAME. Runs sharing a label are seeds of one setting, averaged together."""
+    out: dict[str, list[str]] = {}
+    specs = [(r, False) for r in runs] + [(spec, True) for spec in labels]
+    for spec, must_name in specs:
+        if "=" in spec and (must_name or not Path(spec).exists()):
+            name, path = spec.split("=", 1)
+            if not name:
+                raise UserError(f"{spec!r}: empty label, expected NAME=RUN")
+        elif must_name:
             raise UserError(f"--label {spec!r}: expected NAME=RUN")
-        name, path = spec.split("=", 1)
-        runs.setdefault(name, []).append(path)
-    if not runs:
+        else:
+            name, path = Path(spec).name, spec
+        out.setdefault(name, []).append(path)
+    if not out:
         raise UserError("no runs given")
-    for paths in runs.values():
+    for paths in out.values():
         for p in paths:
             if not (Path(p) / "archive.db").is_file():
                 raise UserError(f"{p}: not a run directory (no archive.db)")
+    return out
+
+
+def cmd_curves(args) -> int:
+    from . import curves
+
+    runs = _labelled_runs(args.runs, args.label)
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
     rows = curves.curve_table(dbs, args.x)
     out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
@@ -309,6 +320,22 @@ def cmd_curves(args) -> int:
         csv_path = str(Path(out).with_suffix(".csv"))
         curves.write_csv(rows, csv_path)
         print(f"wrote {csv_path}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from . import report
+
+    runs = _labelled_runs(args.runs, args.label)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a folder")
+    try:
+        data = report.gather(runs)
+    except ValueError as e:  # an archive.db that is not a vevo archive
+        raise UserError(str(e))
+    index = report.render(data, out, args.x)
+    print(f"wrote {index}")
     return 0
 
 
@@ -459,6 +486,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--band", choices=["minmax", "ci95"], default="minmax",
                    help="band around a label's mean when it has several runs (seeds)")
     p.set_defaults(fn=cmd_curves)
+    p = sub.add_parser("report", help="static HTML page: curves, per-problem table, training diagnostics")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are averaged")
+    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN")
+    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.set_defaults(fn=cmd_report)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):

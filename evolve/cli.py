@@ -204,6 +204,22 @@ def _backend_kw(spec: str, chat: str | None) -> dict:
     return {"chat": _chat_value(chat)} if chat is not None and kind in ("hf", "vllm", "openai") else {}
 
 
+def _set_overrides(items: list[str]) -> dict:
+    """--set KEY=VALUE (repeatable): any config key, the value read as YAML (1e-4, true, [a, b])."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
+    return out
+
+
 def cmd_run(args) -> int:
     from .config import load_config
     from .runner import start
@@ -215,6 +231,7 @@ def cmd_run(args) -> int:
             v = _chat_value(v)
         if v not in (None, []):
             overrides[key or flag] = v
+    overrides.update(_set_overrides(args.set))
     cfg = load_config(args.config, overrides)
     run_dir, summary = start(cfg, progress=not args.quiet)
     _print_summary(run_dir, summary)
@@ -459,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-batch", dest="train_batch", type=int)
     p.add_argument("--chat", choices=["auto", "true", "false"],
                    help="chat template + chat prompt style (auto: when the tokenizer has a template)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="any config key (e.g. train_lr=1e-4, train_reward=novel); repeatable")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")

@@ -82,6 +82,11 @@ class CampaignConfig(StrictModel):
     train_lr: float = Field(1e-5, gt=0)
     train_lora: bool = True
     train_epochs: int = Field(1, ge=1)
+    train_reward: Literal["vector", "novel", "improvement"] = Field(
+        "vector", description="vector: answers' test vectors; novel: answers that reproduce a known program score "
+        "0; improvement: per test max(0, answer - parent)")
+    train_replay_older: float = Field(0.0, ge=0, le=1, description="share of each step's groups drawn from older "
+                                      "archive groups (the rest are the most recent)")
     train_minibatch: int | None = Field(None, ge=1, description="completions per optimizer update; None: "
                                         "min(8, train_batch * group)")
     train_micro_batch: int = Field(0, ge=0, description="completions per forward/backward (0: the minibatch)")

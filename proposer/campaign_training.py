@@ -1,6 +1,8 @@
-"""Periodic proposer updates inside a campaign: every ``train_every`` iterations, the ``train_batch`` most
-recent complete groups of the archive → advantages (VPO or a baseline) → one PolicyTrainer step → a new
-policy version published to the backend (in place for ``hf``; the adapter is saved under the run dir).
+"""Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
+of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/replay_buffer.py``)
+→ rewards shaped by ``train_reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
+PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
+under the run dir).
 
 Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/state.json`` and the
 snapshot folder it names; a training step that a kill interrupted is redone, one that finished is not, so a
@@ -22,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from .estimators import ESTIMATORS
+from .replay_buffer import choose_groups, staleness
+from .rewards import comparable_reward, shape_rewards
 from .training import PolicyTrainer, TrainConfig, TrainSample
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
@@ -183,12 +187,33 @@ class CampaignTrainer:
         if iteration > 0 and iteration % self.cfg.train_every == 0 and iteration > self.last_iteration:
             self.train(camp, iteration)
 
+    def _groups(self, archive, iteration: int) -> list:
+        """The replay buffer's pick (recent groups plus a seeded mix of older ones), complete groups only."""
+        rng = np.random.default_rng([self.cfg.seed, iteration, 1])
+        ids = choose_groups(archive.group_ids(), self.cfg.train_batch, self.cfg.train_replay_older, rng)
+        return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
+
+    def _shaped(self, archive, groups, mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
+        """train_reward applied to each completion's matrix (see proposer/rewards.py)."""
+        mode = self.cfg.train_reward
+        if mode == "vector":
+            return mats
+        novel = archive.new_answers([c.id for c in comps]) if mode == "novel" else {}
+        parents = archive.program_vectors(sorted({g.parent_id for g in groups if g.parent_id is not None})) \
+            if mode == "improvement" else {}
+        parent_of = {c.id: g.parent_id for g in groups for c in g.completions}
+        out = []
+        for m, c in zip(mats, comps):
+            mask = np.array([i in novel.get(c.id, ()) for i in range(m.shape[0])], dtype=bool)
+            out.append(shape_rewards(m, mode, novel=mask, parent=parents.get(parent_of[c.id])))
+        return out
+
     def train(self, camp, iteration: int) -> dict[str, Any] | None:
-        groups = [g for g in camp.archive.recent_groups(self.cfg.train_batch)
-                  if g.completions and all(c.token_ids for c in g.completions)]
+        groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
-        mats, gids, comps = score_matrices(groups)
+        raw_mats, gids, comps = score_matrices(groups)
+        mats = self._shaped(camp.archive, groups, raw_mats, comps)
         rng = np.random.default_rng([self.cfg.seed, iteration])
         est = ESTIMATORS[self.algo]
         try:
@@ -201,10 +226,12 @@ class CampaignTrainer:
                                behaviour_logprobs=c.logprobs, advantage=float(a))
                    for c, a in zip(comps, adv) if c.prompt_token_ids]
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
-                                 "samples": len(samples), "algo": self.algo}
+                                 "samples": len(samples), "algo": self.algo, "train_reward": self.cfg.train_reward}
         raw = diag.get("raw_scores") if isinstance(diag, dict) else None
-        stats["mean_set_reward"] = float(np.mean(raw)) if raw is not None and len(raw) else 0.0
-        stats["reward_diversity"] = reward_diversity(mats)
+        stats["algo_reward"] = float(np.mean(raw)) if raw is not None and len(raw) else 0.0  # the estimator's own
+        stats.update(comparable_reward(raw_mats))  # mean_set_reward, mean_best_answer: same for every algo
+        stats["reward_diversity"] = reward_diversity(raw_mats)
+        stats.update(staleness(self.version, [c.policy_version for c in comps]))
         for k, v in (diag or {}).items():
             if isinstance(v, (int, float, np.floating, np.integer)):
                 stats[f"diag_{k}"] = float(v)

@@ -37,8 +37,8 @@ fp32 in place (the fp32 learner); on CUDA the forwards run under bf16 autocast; 
 KL reference) stay as loaded. ``upcast_trainable=False`` with such parameters is an error.
 
 Policy movement, logged by every ``step()`` (one extra forward without gradients): ``policy_kl`` (mean over the
-step's completion tokens of r log r, r = pi_new / pi_old: an importance estimate of KL(new || old) from tokens
-sampled by ~pi_old), ``mean_abs_dlogp`` and ``greedy_changed`` (fraction of those positions whose most likely
+step's completion tokens of r log r - r + 1, r = pi_new / pi_old: a non-negative importance estimate of
+KL(new || old) from tokens sampled by ~pi_old), ``mean_abs_dlogp`` and ``greedy_changed`` (fraction of those positions whose most likely
 token changed): an update that moves nothing shows up as zeros, whatever the loss says.
 
 Reference policy: for a ``peft.PeftModel`` the base model with the adapter disabled; for full fine-tuning an
@@ -327,7 +327,8 @@ class PolicyTrainer:
     @torch.no_grad()
     def _movement(self, plan, old, old_greedy) -> dict[str, float]:
         """How far this step moved the policy, on the step's own completion tokens (sampled from ~pi_old):
-        policy_kl = mean_t r log r with r = pi_new / pi_old (an importance estimate of KL(new || old) per token),
+        policy_kl = mean_t (r log r - r + 1) with r = pi_new / pi_old: an importance estimate of KL(new || old)
+        per token that is never negative (E_old[r - 1] = 0 makes the control variate free),
         mean_abs_dlogp = mean_t |log pi_new - log pi_old|, greedy_changed = fraction of positions whose argmax
         token changed. One forward without gradients."""
         kl = dlp = changed = tok = 0.0
@@ -335,7 +336,7 @@ class PolicyTrainer:
             for chunk, old_lp, g_old in zip(mb, olds, greedy):
                 new_lp, mask, g_new = self._logprobs(chunk, with_argmax=True)
                 d = (new_lp - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-                kl += float((torch.exp(d) * d * mask).sum())
+                kl += float(((torch.exp(d) * d - torch.exp(d) + 1.0) * mask).sum())
                 dlp += float((d.abs() * mask).sum())
                 changed += float(((g_new != g_old).float() * mask).sum())
                 tok += float(mask.sum())

@@ -52,9 +52,10 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
     assert [r.step for r in rows] == [2, 4, 6, 8]
     assert trained, "no training step had a non-zero advantage"
     for r in rows:
-        assert {"mean_set_reward", "reward_diversity", "groups"} <= set(r.data)
+        assert {"mean_set_reward", "mean_best_answer", "reward_diversity", "groups", "staleness_mean"} <= set(r.data)
     for r in trained:
-        assert {"loss", "kl", "clip_frac", "grad_norm"} <= set(r.data)
+        assert {"loss", "kl", "clip_frac", "grad_norm", "policy_kl", "mean_abs_dlogp", "greedy_changed"} <= set(r.data)
+        assert r.data["policy_kl"] >= 0
     # completions made after a published update record the new version (the update at iteration 2 is
     # published after iteration 3 was generated: pipeline depth 1)
     versions = [c.policy_version for g in groups for c in g.completions]
@@ -72,7 +73,8 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
 
 def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
     ref, run = tmp_path / "ref", tmp_path / "killed"
-    cfg = _cfg(tmp_path)
+    # replay-buffer training: older groups drawn by a seeded RNG, novelty-shaped rewards, both resume exactly
+    cfg = _cfg(tmp_path, "train_replay_older: 0.5\ntrain_reward: novel\n")
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
@@ -93,6 +95,8 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         ra, rb = a.training_rows(), b.training_rows()
         assert [(r.step, r.policy_version) for r in ra] == [(r.step, r.policy_version) for r in rb]
+        assert [r.data.get("staleness_mean") for r in ra] == [r.data.get("staleness_mean") for r in rb]
+        assert [r.data.get("mean_set_reward") for r in ra] == [r.data.get("mean_set_reward") for r in rb]
         va = [c.policy_version for g in a.recent_groups(100) for c in g.completions]
         vb = [c.policy_version for g in b.recent_groups(100) for c in g.completions]
         assert va == vb

@@ -242,10 +242,10 @@ def test_policy_movement_is_measured_against_an_independent_computation():
         pos = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) + len(s.completion_ids) - 1)
         tgt = torch.tensor(s.completion_ids)
         d = lo_new[pos, tgt] - lo_old[pos, tgt]
-        kl += float((d.exp() * d).sum())
+        kl += float((d.exp() * d - d.exp() + 1).sum())
         dlp += float(d.abs().sum())
         changed += float((lo_new[pos].argmax(-1) != lo_old[pos].argmax(-1)).sum())
         n += len(s.completion_ids)
-    assert st["policy_kl"] == pytest.approx(kl / n, rel=1e-4, abs=1e-7)
+    assert st["policy_kl"] == pytest.approx(kl / n, rel=1e-4, abs=1e-7) and st["policy_kl"] > 0
     assert st["mean_abs_dlogp"] == pytest.approx(dlp / n, rel=1e-4) and st["mean_abs_dlogp"] > 1e-3
     assert st["greedy_changed"] == pytest.approx(changed / n)

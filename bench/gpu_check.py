@@ -36,7 +36,7 @@ CUDA = torch.cuda.is_available()
 
 
 def log(phase: str, **kv) -> None:
-    print(f"[gpu_check] {phase}: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
+    print(f"[gpu_check] {phase}: " + json.dumps({k: float(f"{v:.4g}") if isinstance(v, float) else v
                                                  for k, v in kv.items()}), flush=True)
 
 
@@ -159,7 +159,7 @@ def phases(model_dir: Path, tiny: bool, work: Path) -> None:
         with Phase("vllm_start") as ph:
             vllm_be = VLLMBackend(model_dir, dtype="bfloat16" if CUDA else "float32", seed=0, max_model_len=1024,
                                   gpu_memory_utilization=0.35, enable_sleep_mode=CUDA, max_lora_rank=16,
-                                  enforce_eager=True)
+                                  enforce_eager=True, chat="auto")
         log("vllm_start", seconds=ph.seconds, device_used_gib=ph.device_gib, chat=vllm_be.chat,
             processed_logprobs=vllm_be.logprobs_tempered, sleep_mode=vllm_be.sleep_mode)
         with Phase("vllm_generate") as ph:
@@ -169,7 +169,7 @@ def phases(model_dir: Path, tiny: bool, work: Path) -> None:
             tokens_per_s=toks / ph.seconds, device_used_gib=ph.device_gib,
             with_logprobs=all(c.logprobs is not None for g in groups for c in g))
     else:
-        hf_sampler = HFBackend(model_dir, dtype="bfloat16" if CUDA else "float32")
+        hf_sampler = HFBackend(model_dir, dtype="bfloat16" if CUDA else "float32", chat="auto")
         with Phase("hf_generate") as ph:
             groups = hf_sampler.generate(prompts(n_prompts), n, sp)
         toks = sum(len(c.token_ids) for g in groups for c in g)

@@ -26,12 +26,12 @@ from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 from .mutate import MutationError, apply_answer
 
 
-def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int) -> str:
+def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact") -> str:
     labels = [problem.test_label(i) for i in range(problem.n_tests)] or \
         [f"metric {j}" for j in range(len(seed_eval.vector))]
     return build_prompt(PromptContext(problem_id=problem.id, description=problem.description,
                                       parent_code=problem.seed_code, parent_vector=list(seed_eval.vector),
-                                      test_labels=labels[: len(seed_eval.vector)], m=m))
+                                      test_labels=labels[: len(seed_eval.vector)], m=m), style=style)
 
 
 def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool) -> tuple[list[np.ndarray], list[Evaluation]]:
@@ -53,6 +53,11 @@ def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool) 
     return mats, evs
 
 
+def _style(backend) -> str:
+    """The chat prompt style for a backend that uses a chat template, as in campaigns."""
+    return "chat" if getattr(backend, "chat", False) is True else "compact"
+
+
 def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: int = 10, m: int = 4, group: int = 4,
           batch: int = 2, lr: float = 1e-5, lora: bool = True, seed: int = 0, out: str | Path | None = None,
           max_tokens: int = 384, temperature: float = 1.0, log=print) -> list[dict[str, Any]]:
@@ -71,7 +76,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
     history = []
     for step in range(steps):
         chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
-        prompts = [seed_prompt(problems[i], seeds[i], m) for i in chosen]
+        prompts = [seed_prompt(problems[i], seeds[i], m, _style(backend)) for i in chosen]
         groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                                  seed=seed * 100_003 + step))
         mats, gids, comps = [], [], []
@@ -118,7 +123,7 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
     n = n or 2 * k
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     per: list[dict[str, Any]] = []
-    prompts = [seed_prompt(p, s, m) for p, s in zip(problems, seeds)]
+    prompts = [seed_prompt(p, s, m, _style(backend)) for p, s in zip(problems, seeds)]
     n_comp = math.ceil(n / m)
     groups = backend.generate(prompts, n_comp, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                               seed=seed))

@@ -17,7 +17,7 @@ Decisions:
 * Prompts are left-truncated to fit the context (the end holds ``<answer_1>``): at most
   ``max_context - min(max_tokens, max_context // 2)`` prompt tokens are kept, and generation stops at the context
   end. ``meta["prompt_truncated"]`` says how many tokens were dropped.
-* ``chat="auto"`` (the default) is True when the tokenizer has a chat template.
+* ``chat="auto"`` (the run config's default) is True when the tokenizer has a chat template.
 * ``chat=True`` and a tokenizer with a ``chat_template``: the prompt becomes the user turn, and a trailing
   ``<answer_1>`` is moved into a pre-filled assistant turn (``continue_final_message``) so the completion
   continues the answer exactly as with the plain prompt. The tiny model uses the plain prompt.
@@ -87,7 +87,7 @@ class HFBackend(AdapterState):
 
     def __init__(self, path: str | os.PathLike[str], device: str | torch.device | None = None,
                  dtype: Any = None, adapter: str | os.PathLike[str] | None = None, batch_size: int = 16,
-                 max_context: int | None = None, *, threads: int | None = None, chat: bool | str = "auto",
+                 max_context: int | None = None, *, threads: int | None = None, chat: bool | str = False,
                  rescore: bool = False, policy_version: int = 0, name: str | None = None,
                  seed: int | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -30,7 +30,7 @@ Decisions:
   ``load_adapter(path, version)`` registers a PEFT adapter folder under a fresh integer id (so an adapter saved
   again to the same folder is re-read), loads it eagerly (``add_lora``, errors surface at once), drops the
   previous one and records the policy version. Every later request carries that ``LoRARequest``.
-* ``chat="auto"`` (default) is True when the tokenizer has a chat template.
+* ``chat="auto"`` (the run config's default) is True when the tokenizer has a chat template.
 * Colocated training: ``gpu_memory_utilization`` is the engine's share of the GPU (the learner needs the rest),
   and ``enable_sleep_mode=True`` lets ``sleep()`` free the engine's weights and KV cache during a training step
   (``wake_up()`` restores them; LoRA adapters are re-added by the next ``load_adapter``). Both come from the
@@ -106,7 +106,7 @@ class VLLMBackend(AdapterState):
     def __init__(self, path: str | os.PathLike[str], *, dtype: str = "auto", seed: int | None = None,
                  max_model_len: int | None = None, enable_prefix_caching: bool = True, enable_lora: bool = True,
                  max_lora_rank: int = 64, max_loras: int = 1, enforce_eager: bool | None = None,
-                 gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, chat: bool | str = "auto",
+                 gpu_memory_utilization: float = 0.85, tensor_parallel_size: int = 1, chat: bool | str = False,
                  enable_sleep_mode: bool = False,
                  logprobs: bool = True, adapter: str | os.PathLike[str] | None = None, policy_version: int = 0,
                  name: str | None = None, engine_kwargs: dict[str, Any] | None = None) -> None:

@@ -91,7 +91,7 @@ def test_lora_bad_targets_are_one_line_errors(tokenizer):
 def test_chat_auto_renders_template_with_prefilled_answer(arch, tokenizer, tmp_path):
     build(arch, len(tokenizer)).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    b = HFBackend(tmp_path, device="cpu", threads=1)  # chat="auto": the tokenizer has a template
+    b = HFBackend(tmp_path, device="cpu", threads=1, chat="auto")  # the tokenizer has a template
     assert b.chat is True
     ids, _ = b.encode_prompt("Improve f.\n<answer_1>", 8)
     assert b.tokenizer.decode(ids) == "<|user|>Improve f.\n<|assistant|><answer_1>"

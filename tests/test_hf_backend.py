@@ -164,7 +164,7 @@ def test_lora_hot_swap(model_dir, tmp_path):
 
 
 def test_chat_template_prefills_answer_tag(model_dir):
-    b = HFBackend(model_dir, device="cpu", threads=1)
+    b = HFBackend(model_dir, device="cpu", threads=1, chat="auto")
     assert b.chat is False  # auto: this tokenizer has no chat template
     with pytest.raises(BackendError, match="no chat template"):
         HFBackend(model_dir, device="cpu", threads=1, chat=True)

@@ -109,6 +109,25 @@ def test_generate_n_with_logprobs_matching_hf(backend, hf):
 
 
 @needs_vllm
+def test_logprobs_are_of_the_tempered_nucleus(backend, hf):
+    """At T != 1 and top_p < 1 the stored log-probs are vLLM's processed ones, equal to the trainer's
+    tempered_logprobs (not the raw log_softmax)."""
+    from proposer.training import batch_sequence_logprobs
+
+    groups = backend.generate(["def f1(x, y):", "Task: add 3"], 4,
+                              SamplingParams(temperature=0.7, top_p=0.9, max_tokens=12, seed=1))
+    flat = [c for g in groups for c in g]
+    args = ([c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
+    assert backend.logprobs_tempered
+    ref = batch_sequence_logprobs(hf["base"], *args, temperature=0.7, top_p=0.9)
+    raw = batch_sequence_logprobs(hf["base"], *args)
+    err = max(abs(a - b) for c, r in zip(flat, ref) for a, b in zip(c.logprobs, r))
+    err_raw = max(abs(a - b) for c, r in zip(flat, raw) for a, b in zip(c.logprobs, r))
+    print(f"tempered log-prob error {err:.2e} (vs raw {err_raw:.2e})")
+    assert err < ATOL < err_raw
+
+
+@needs_vllm
 def test_greedy_matches_hf_argmax(backend, hf):
     import torch
 

@@ -530,7 +530,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
             p.add_argument("--batch", type=int, default=2, help="problems per step")
-            p.add_argument("--lr", type=float, default=1e-5)
+            p.add_argument("--lr", type=float, default=1e-3, help="as the run config's train_lr")
             p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
             p.add_argument("--out", required=True, metavar="DIR")
         else:

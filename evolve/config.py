@@ -79,7 +79,8 @@ class CampaignConfig(StrictModel):
     train: Trainer = "none"
     train_every: int = Field(10, ge=1)
     train_batch: int = Field(8, ge=1, description="recent groups per training step")
-    train_lr: float = Field(1e-5, gt=0)
+    train_lr: float = Field(1e-3, gt=0, description="AdamW lr; 1e-3 with LoRA r8 is the smallest that moves the "
+                            "tiny proposer (bench/train_sweep.py, docs/results/train_sweep.md)")
     train_lora: bool = True
     train_epochs: int = Field(1, ge=1)
     train_reward: Literal["vector", "novel", "improvement"] = Field(

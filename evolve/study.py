@@ -21,6 +21,7 @@ from proposer.campaign_training import reward_diversity
 from proposer.estimators import ESTIMATORS
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
+from proposer.rewards import comparable_reward
 from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
 from .mutate import MutationError, apply_answer
@@ -59,17 +60,19 @@ def _style(backend) -> str:
 
 
 def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: int = 10, m: int = 4, group: int = 4,
-          batch: int = 2, lr: float = 1e-5, lora: bool = True, seed: int = 0, out: str | Path | None = None,
-          max_tokens: int = 384, temperature: float = 1.0, log=print) -> list[dict[str, Any]]:
+          batch: int = 2, lr: float = 1e-3, lora: bool = True, seed: int = 0, out: str | Path | None = None,
+          max_tokens: int = 384, temperature: float = 1.0, lora_rank: int = 8, epochs: int = 1,
+          kl_beta: float = 1e-3, log=print) -> list[dict[str, Any]]:
     if not hasattr(backend, "model"):
         raise ValueError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
     if lora:
         from proposer.lora import wrap_lora
 
-        model = wrap_lora(model)
+        model = wrap_lora(model, lora_rank)
         backend.model = model
-    trainer = PolicyTrainer(model, TrainConfig(lr=lr, temperature=temperature),
+    trainer = PolicyTrainer(model, TrainConfig(lr=lr, temperature=temperature, epochs=epochs, kl_beta=kl_beta,
+                                               minibatch=max(1, batch * group)),
                             ref_model=None if lora else PolicyTrainer.frozen_copy(model))
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
@@ -89,9 +92,9 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         est = ESTIMATORS[algo]
         adv, diag = est(mats, gids, rng=rng) if algo == "vpo" else est(mats, gids)
         samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)]  # zeros too (KL, mean)
-        stats: dict[str, Any] = {"step": step, "mean_set_reward": float(np.mean(diag["raw_scores"])),
-                                 "best_answer": float(np.mean([x.max() if x.size else 0.0 for x in mats])),
+        stats: dict[str, Any] = {"step": step, "algo_reward": float(np.mean(diag["raw_scores"])),
                                  "reward_diversity": reward_diversity(mats), "samples": len(samples)}
+        stats.update(comparable_reward(mats))  # mean_set_reward (fixed weights), mean_best_answer
         if samples:
             stats.update(trainer.step(samples))
         backend.set_policy_version(step + 1)

@@ -136,7 +136,7 @@ class CampaignTrainer:
         else:
             self.backend.load_adapter(snap / "adapter", self.version)
 
-    def _save(self, iteration: int) -> Path:
+    def _save(self, iteration: int, stats: dict[str, Any]) -> Path:
         """Everything of one step goes into a fresh snapshot folder; replacing state.json (atomic rename) is
         the commit point, so a kill at any moment leaves the previous complete step or this one."""
         import shutil
@@ -150,6 +150,7 @@ class CampaignTrainer:
         trainable = {n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
         torch.save(trainable, tmp / "weights.pt")
         torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
         if self.cfg.train_lora:
             self.trainer.save_adapter(tmp / "adapter")
         shutil.rmtree(self.dir / snap, ignore_errors=True)
@@ -178,7 +179,12 @@ class CampaignTrainer:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
         a step due at the checkpoint's iteration that never finished is done now."""
         if (self.dir / "state.json").is_file():
-            self._publish(self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"])
+            snap = self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"]
+            self._publish(snap)
+            done = {r.step for r in camp.archive.training_rows()}
+            if self.last_iteration not in done and (snap / "stats.json").is_file():  # killed before the row
+                camp.archive.record_training(self.last_iteration, self.version,
+                                             json.loads((snap / "stats.json").read_text()))
         t = camp.iteration
         if t > 0 and t % self.cfg.train_every == 0 and self.last_iteration < t:
             self.train(camp, t)
@@ -245,7 +251,7 @@ class CampaignTrainer:
                 if self.learner is not self.backend and wake is not None:
                     wake()
             self.version += 1
-        snap = self._save(iteration)
+        snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
         camp.archive.record_training(iteration, self.version, stats)

@@ -89,9 +89,6 @@ def search(args, runs_dir: Path, log) -> dict:
                 cmd = [vevo, "run", "--suite", args.suite, "--proposer", "tiny", "--iterations", str(args.iterations),
                        "--islands", "2", "--answers", str(args.answers), "--group", "2", "--seed", str(seed),
                        "--train", arm, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
-                if args.quick:
-                    cmd += ["--problem", *_quick_problems(args)]
-                    cmd = [c for c in cmd if c not in ("--suite", args.suite)]
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 log(f"(b) {arm} seed {seed}: {time.perf_counter() - t:.0f} s")
@@ -105,12 +102,6 @@ def search(args, runs_dir: Path, log) -> dict:
                             "best_mean": bm, "best_ci95": bh, "archives": paths}
         log(f"(b) {arm}: solved@T {m:.2f} ± {h:.2f} (runs {finals})")
     return out
-
-
-def _quick_problems(args) -> list[str]:
-    from problems.suites import SUITES
-
-    return [p.id for p in SUITES[args.suite]()[:4]]
 
 
 def _ratio(a: float, b: float) -> str:

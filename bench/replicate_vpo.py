@@ -86,9 +86,12 @@ def search(args, runs_dir: Path, log) -> dict:
             run = runs_dir / f"{arm}-s{seed}"
             if not (run / "archive.db").is_file() or args.fresh:
                 subprocess.run(["rm", "-rf", str(run)], check=True)
+                algo, _, reward = arm.partition("+")  # e.g. vpo+novel: train_reward novel
                 cmd = [vevo, "run", "--suite", args.suite, "--proposer", "tiny", "--iterations", str(args.iterations),
                        "--islands", "2", "--answers", str(args.answers), "--group", "2", "--seed", str(seed),
-                       "--train", arm, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
+                       "--train", algo, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
+                if reward:
+                    cmd += ["--set", f"train_reward={reward}"]
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 log(f"(b) {arm} seed {seed}: {time.perf_counter() - t:.0f} s")
@@ -142,6 +145,9 @@ def report(args, qa: dict | None, sb: dict | None, out_dir: Path, cmd: str) -> s
             parts = [f"VPO/{o} solved@T: {_ratio(arms['vpo']['solved_mean'], arms[o]['solved_mean'])}"
                      for o in ("grpo", "none") if o in arms]
             lines.append("\n" + "; ".join(parts) + "\n")
+        for arm in arms:
+            if "+" in arm and "none" in arms:
+                lines.append(f"{arm}/none solved@T: {_ratio(arms[arm]['solved_mean'], arms['none']['solved_mean'])}")
         lines.append("![solved@t](replicate_vpo_search.png)\n")
     text = "\n".join(lines)
     (out_dir / "replicate_vpo.md").write_text(text)
@@ -183,7 +189,7 @@ def main() -> None:
     ap.add_argument("--skip-quality", action="store_true")
     ap.add_argument("--skip-search", action="store_true")
     ap.add_argument("--algos", default=",".join(ALGOS))
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(ARMS), help="campaign arms: ALGO or ALGO+REWARD (e.g. vpo+novel)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--group", type=int, default=4)

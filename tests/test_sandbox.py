@@ -537,6 +537,22 @@ def test_undecodable_worker_message_is_the_candidates_crash():
         assert score(ADD, msg).status == "crash"
 
 
+def _kill_9_once_running(proc, n: int) -> None:
+    """Wait until n sandbox processes run, kill -9 proc (the orchestrator), then none may be left."""
+    try:
+        deadline = time.monotonic() + 30
+        while len(sandbox_processes()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox_processes()) >= n
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox_processes() == []
+
+
 @root_only
 def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
     """Class 4: candidates and their setsid daemons die with the orchestrator (the worker is init of its PID
@@ -556,19 +572,8 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
         "with SandboxPool(workers=1) as pool:\n    print('ready', flush=True)\n"
         "    pool.evaluate(ADD, code, time_limit=600)\n")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 30
-        while len(sandbox_processes()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(sandbox_processes()) >= 3  # the candidate, its setsid daemon and a detached subprocess
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 10
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
+    assert proc.stdout.readline().strip() == "ready"
+    _kill_9_once_running(proc, 3)  # the candidate, its setsid daemon and a detached subprocess
 
 
 @root_only
@@ -586,18 +591,7 @@ def test_kill_9_of_eval_program_mid_candidate_leaves_no_sandbox_process(tmp_path
     assert sandbox_processes() == []
     proc = subprocess.Popen([vevo, "eval-program", str(tmp_path / "slow"), str(prog), "--timeout", "600"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while len(sandbox_processes()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(sandbox_processes()) >= 2
-    finally:
-        proc.kill()
-        proc.wait()
-    deadline = time.monotonic() + 10
-    while sandbox_processes() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_processes() == []
+    _kill_9_once_running(proc, 2)  # the candidate and its setsid daemon
 
 
 @root_only

@@ -48,6 +48,8 @@ class Worker:
                 __import__(name)
             except Exception:
                 pass
+        if not self.iso.netns:  # the fallback socket block runs in every candidate: import its module once here
+            import socket  # noqa: F401
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # every candidate's stdin
         self.workdir = os.path.join(self.box, "cand")  # one path, emptied after every candidate
         os.environ.update(HOME=self.workdir, TMPDIR=self.workdir)  # the rest was set clean by the pool

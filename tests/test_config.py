@@ -16,7 +16,7 @@ def test_defaults():
     assert (cfg.problems, cfg.suite, cfg.proposer, cfg.iterations, cfg.islands) == ([], None, "tiny", 50, 2)
     assert (cfg.answers, cfg.group, cfg.selection, cfg.pipeline_depth, cfg.train) == (4, 2, "lexicase", 1, "none")
     assert cfg.lexicase_epsilon is None and cfg.eval_timeout is None and cfg.retire_solved is True
-    assert cfg.train_lr == 1e-5 and cfg.migration_every == 10
+    assert cfg.train_lr == 1e-3 and cfg.migration_every == 10  # docs/TRAINING.md
 
 
 def test_load_yaml_and_overrides(tmp_path):

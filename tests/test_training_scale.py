@@ -71,8 +71,8 @@ def test_gradient_checkpointing_really_recomputes():
         PolicyTrainer(model, TrainConfig(minibatch=4, micro_batch=2, kl_beta=0.0,
                                          gradient_checkpointing=ckpt)).step(samples(4))
         calls[ckpt] = n[0]
-    assert calls[False] == 4  # pi_old and the training forward, 2 micro-batches each
-    assert calls[True] == 6  # + a recompute in each backward
+    assert calls[False] == 6  # pi_old, the training forward and the movement probe, 2 micro-batches each
+    assert calls[True] == 8  # + a recompute in each backward
 
 
 def test_dropout_off_in_train_mode():

@@ -112,7 +112,7 @@ def _ratio(a: float, b: float) -> str:
 
 
 def report(args, qa: dict | None, sb: dict | None, out_dir: Path, cmd: str) -> str:
-    lines = [f"# VPO replication on CPU (tiny proposer)\n", f"Command: `{cmd}`\n",
+    lines = ["# VPO replication on CPU (tiny proposer)\n", f"Command: `{cmd}`\n",
              f"Date: {time.strftime('%Y-%m-%d')}; machine: {os.cpu_count()} cores, no GPU.\n"]
     if qa:
         k = qa["k"]

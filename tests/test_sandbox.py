@@ -412,13 +412,18 @@ def test_problem_folders_datasets_and_the_checkout_are_not_in_the_candidates_roo
     (prob_dir / "problem.toml").write_text('expected = "MARKER-EXPECTED-42"\n')
     tmp_path.chmod(0o755)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from evaluators.jail import python_paths
+
+    # /tmp holds the box, and the way down to the interpreter when it lives under /tmp (a clone's .venv there)
+    tmp_ok = {p.split("/")[2] for p in python_paths(here) if p.startswith("/tmp/")}
     probes = [str(prob_dir / "problem.toml"), str(SHARED / "data"), os.path.join(here, "tests"),
               os.path.join(here, "problems", "suites"), os.path.join(here, "runs"), "/run", "/home", "/var",
               "/etc/passwd", "/root/.bashrc", os.path.join(here, ".git")]
     code = ("import os, sys\nseen = []\n"
             f"for p in {probes!r}:\n    if os.path.exists(p):\n        seen.append(p)\n"
             "for d in os.listdir('/proc'):\n    if d.isdigit() and int(d) != os.getpid():\n        seen.append('proc ' + d)\n"
-            "top = sorted(os.listdir('/'))\nif [n for n in os.listdir('/tmp') if not n.startswith('vevo-box-')]:\n"
+            f"top = sorted(os.listdir('/'))\nok_tmp = {sorted(tmp_ok)!r}\n"
+            "if [n for n in os.listdir('/tmp') if not n.startswith('vevo-box-') and n not in ok_tmp]:\n"
             "    seen.append('/tmp holds more than the box')\n"
             "for r, ds, fs in os.walk('/', topdown=True):\n"
             "    ds[:] = [x for x in ds if os.path.join(r, x) not in ('/proc', '/sys', '/dev')]\n"

@@ -113,6 +113,27 @@ class _WorkerHandle:
             cgroups.remove(self.cgroup_dirs)
 
 
+def sweep_stale_boxes(parent: str) -> int:
+    """Remove the empty ``vevo-box-<pid>-*`` mountpoints that workers of a killed orchestrator left in ``parent``
+    (a worker's box lives in its own mount namespace; on the host its directory is empty). Only directories whose
+    launcher pid is gone, and only with rmdir: nothing with contents is ever deleted."""
+    n = 0
+    try:
+        names = [e for e in os.listdir(parent) if e.startswith("vevo-box-")]
+    except OSError:
+        return 0
+    for name in names:
+        pid = name.split("-")[2]
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        try:
+            os.rmdir(os.path.join(parent, name))
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
 class SandboxPool:
     """workers: parallel candidates. hide: paths made invisible to candidates (run dirs, problem data)."""
 
@@ -127,6 +148,7 @@ class SandboxPool:
                      # computed here: the worker runs with -S, so it does not know a virtual environment's prefix
                      "python_paths": jail.python_paths(str(Path(__file__).resolve().parent.parent))}
         cgroups.sweep_stale()
+        sweep_stale_boxes(self.opts["box_parent"])
         self.n = max(1, int(workers))
         self._idle: queue.Queue[_WorkerHandle] = queue.Queue()
         self._all: list[_WorkerHandle] = []

@@ -706,3 +706,22 @@ def test_scoring_a_hostile_value_costs_only_its_test():
 
     raw = ev2.artifacts.get("first_error") or ev2.artifacts.get("error", "")
     assert "\x1b" in raw and "\x1b" not in printable(raw) and "\\x1b[31mred" in printable(raw)
+
+
+def test_stale_box_dirs_of_dead_workers_are_swept(tmp_path):
+    """A killed orchestrator's workers leave empty ``vevo-box-<pid>-*`` dirs; a new pool removes those whose
+    launcher is gone, and never a live one's or one with contents."""
+    from evaluators.pool import sweep_stale_boxes
+
+    dead = 4194301
+    while os.path.exists(f"/proc/{dead}"):
+        dead -= 1
+    (tmp_path / f"vevo-box-{dead}-aa").mkdir()
+    (tmp_path / f"vevo-box-{os.getpid()}-bb").mkdir()  # alive
+    full = tmp_path / f"vevo-box-{dead}-cc"
+    full.mkdir()
+    (full / "keep").write_text("x")
+    (tmp_path / "other").mkdir()
+    assert sweep_stale_boxes(str(tmp_path)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"vevo-box-{os.getpid()}-bb", f"vevo-box-{dead}-cc",
+                                                                 "other"])

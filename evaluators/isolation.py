@@ -25,8 +25,7 @@ import sys
 from evaluators import cgroups, jail
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-MS_REC, MS_PRIVATE = 1 << 14, 1 << 18
-PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 36, 1, 4
+PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
 LAYERS = ("pidns", "netns", "ipcns", "jail", "cgroup", "uid")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -124,7 +123,7 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
     if not root:
         iso.notes.append("not root: candidates run as the worker's own uid, no namespaces, no jail")
         return iso
-    if "mnt" not in entered or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+    if "mnt" not in entered or _libc.mount(b"none", b"/", None, jail.MS_REC | jail.MS_PRIVATE, None) != 0:
         iso.notes.append(f"mount namespace: {_err()}")
     else:
         try:

@@ -18,7 +18,7 @@ import ctypes
 import os
 import sys
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 4096, 1 << 14, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 1 << 14, 1 << 18
 MS_REMOUNT = 32
 MOUNT_ATTR_RDONLY, AT_RECURSIVE, SYS_mount_setattr = 0x1, 0x8000, 442
 LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32")

@@ -8,6 +8,7 @@ import os
 import queue
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,7 +94,7 @@ class _WorkerHandle:
     def kill(self) -> None:
         if getattr(self, "worker_pid", None):  # the worker first (its candidates die with it), then its launcher
             try:
-                os.kill(self.worker_pid, 9)
+                os.kill(self.worker_pid, signal.SIGKILL)
             except OSError:
                 pass
         try:

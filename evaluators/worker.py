@@ -321,9 +321,7 @@ def remove_tree(path: str) -> bool:
                 try:
                     os.unlink(name, dir_fd=fd)
                     continue
-                except IsADirectoryError:
-                    pass
-                except OSError:
+                except OSError:  # a directory (or not removable): rmdir, else descend
                     pass
                 try:
                     os.rmdir(name, dir_fd=fd)

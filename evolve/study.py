@@ -17,11 +17,10 @@ import numpy as np
 from evaluators.types import Evaluation
 from problems.model import Problem
 from proposer.base import SamplingParams
-from proposer.campaign_training import reward_diversity
 from proposer.estimators import ESTIMATORS
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
-from proposer.rewards import comparable_reward
+from proposer.rewards import comparable_reward, reward_diversity
 from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
 from .mutate import MutationError, apply_answer

@@ -25,7 +25,7 @@ import numpy as np
 
 from .estimators import ESTIMATORS
 from .replay_buffer import choose_groups, staleness
-from .rewards import comparable_reward, shape_rewards
+from .rewards import comparable_reward, reward_diversity, shape_rewards
 from .training import PolicyTrainer, TrainConfig, TrainSample
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
@@ -48,16 +48,6 @@ def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
             gids.append(g.id)
             comps.append(c)
     return mats, gids, comps
-
-
-def reward_diversity(mats: list[np.ndarray]) -> float:
-    """Mean pairwise L1 distance between the answer vectors of one completion, averaged over completions."""
-    vals = []
-    for m in mats:
-        if m.shape[0] >= 2 and m.shape[1]:
-            diffs = np.abs(m[:, None, :] - m[None, :, :]).sum(-1)
-            vals.append(diffs[np.triu_indices(m.shape[0], 1)].mean())
-    return float(np.mean(vals)) if vals else 0.0
 
 
 def training_config(cfg) -> TrainConfig:

@@ -12,7 +12,8 @@ Reward shaping (``train_reward``), applied to each completion's (m × d) answer 
 
 ``comparable_reward`` is the VPO set reward under *fixed* evaluation weights (K draws of Dirichlet(1) from a
 fixed seed, per test count d) plus the best answer's mean test score: the same number whatever algorithm
-trained, so logs of VPO, GRPO and the rest can be put side by side. Pure numpy, no state.
+trained, so logs of VPO, GRPO and the rest can be put side by side; ``reward_diversity`` is how far apart one
+completion's answers score. Pure numpy, no state.
 """
 from __future__ import annotations
 
@@ -70,3 +71,13 @@ def comparable_reward(mats: list[np.ndarray]) -> dict[str, float]:
         best.append(float(m.mean(axis=1).max()))
     return {"mean_set_reward": float(np.mean(sets)) if sets else 0.0,
             "mean_best_answer": float(np.mean(best)) if best else 0.0}
+
+
+def reward_diversity(mats: list[np.ndarray]) -> float:
+    """Mean pairwise L1 distance between the answer vectors of one completion, averaged over completions."""
+    vals = []
+    for m in mats:
+        if m.shape[0] >= 2 and m.shape[1]:
+            diffs = np.abs(m[:, None, :] - m[None, :, :]).sum(-1)
+            vals.append(diffs[np.triu_indices(m.shape[0], 1)].mean())
+    return float(np.mean(vals)) if vals else 0.0

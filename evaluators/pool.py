@@ -175,6 +175,11 @@ class SandboxPool:
     def run_raw(self, job: dict) -> dict:
         return self._dispatch([job])[0]
 
+    def run_problem_raw(self, problem: Problem, code: str, time_limit: float | None = None) -> dict:
+        """The candidate's raw report on ``problem``'s inputs, unscored: how importers compute expected outputs
+        from a reference solution (the problem's expected values are ignored)."""
+        return self.run_raw(build_job(problem, code, time_limit))
+
     def evaluate(self, problem: Problem, code: str, time_limit: float | None = None) -> Evaluation:
         return self.evaluate_many([(problem, code)], time_limit)[0]
 

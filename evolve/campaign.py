@@ -22,7 +22,7 @@ import numpy as np
 
 from evaluators.types import Evaluation
 from problems.model import Problem
-from proposer.base import Backend, Completion, SamplingParams
+from proposer.base import STATE, VERSIONED, Backend, Completion, SamplingParams, has
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
@@ -30,7 +30,7 @@ from . import selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
-from .mutate import MutationError, apply_answer, normalized_hash
+from proposer.mutate import MutationError, apply_answer, normalized_hash
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 
@@ -147,9 +147,9 @@ class Campaign:
             self.rngs[key].bit_generator.state = entry["rng"]
         self.next_key = loop["next_key"]
         self.iteration = it
-        if loop.get("backend") is not None and hasattr(self.backend, "load_state"):
+        if loop.get("backend") is not None and has(self.backend, STATE):
             self.backend.load_state(loop["backend"])
-        if loop.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
+        if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
             self.backend.set_policy_version(int(loop["policy_version"]))
         self._pending = Batch.from_dict(loop["pending"]) if loop.get("pending") else None
         hook = getattr(self.on_iteration, "on_restore", None)
@@ -163,7 +163,7 @@ class Campaign:
         st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members,
                                               "rng": self.rngs[k].bit_generator.state} for k in self._dirty}
         st["loop"] = {"problems": self.order, "next_key": self.next_key,
-                      "backend": self.backend.state() if hasattr(self.backend, "state") else None,
+                      "backend": self.backend.state() if has(self.backend, STATE) else None,
                       "policy_version": getattr(self.backend, "policy_version", 0),
                       "pending": pending.to_dict() if pending is not None else None}
         return st

@@ -132,29 +132,23 @@ def cmd_problems_check(args) -> int:
 
 
 def cmd_problems_import(args) -> int:
+    import shutil
+
+    from problems.importers import NEEDS_SANDBOX, import_problems
     from problems.model import write_native
 
     out = Path(args.out)
-    if args.source == "openevolve":
-        import shutil
-
-        from problems.openevolve import load_openevolve
-        from problems.registry import find_problem_folders
-
-        n = 0
-        for folder in find_problem_folders(args.path):
-            load_openevolve(folder)  # validates; raises a one-line ProblemError
-            shutil.copytree(folder, out / folder.name, dirs_exist_ok=True)
-            n += 1
-        if not n:
-            raise UserError(f"{args.path}: no OpenEvolve folders (initial_program.py + evaluator.py) found")
-        print(f"imported {n} OpenEvolve problems into {out}")
-        return 0
-    from problems.importers import import_problems
-
-    probs = import_problems(args.source, Path(args.path))
+    pool = _pool(args.workers) if args.source in NEEDS_SANDBOX else None
+    try:
+        probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
+    finally:
+        if pool is not None:
+            pool.close()
     for p in probs:
-        write_native(p, out / p.id.replace("/", "__"))
+        if p.openevolve is not None and p.source is not None:  # the author's folder, as written
+            shutil.copytree(p.source, out / Path(p.source).name, dirs_exist_ok=True)
+        else:
+            write_native(p, out / p.id.replace("/", "__"))
     print(f"imported {len(probs)} {args.source} problems into {out}")
     return 0
 
@@ -413,6 +407,8 @@ def cmd_pretrain(args) -> int:
 # ------------------------------------------------------------------ parser
 
 def build_parser() -> argparse.ArgumentParser:
+    from problems.importers import sources
+
     ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -443,9 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
     pdir(p)
     p.set_defaults(fn=cmd_problems_check)
     p = psub.add_parser("import")
-    p.add_argument("source", choices=["mbpp", "humaneval", "evalplus", "apps", "openevolve"])
+    p.add_argument("source", choices=sources())
     p.add_argument("path")
     p.add_argument("--out", required=True)
+    p.add_argument("--workers", type=int, default=2, help="sandbox workers (importers that run reference code)")
     p.set_defaults(fn=cmd_problems_import)
 
     p = sub.add_parser("eval-program", help="evaluate one program file on a problem")

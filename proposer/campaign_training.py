@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .base import ADAPTERS, TRAINABLE, has
 from .estimators import ESTIMATORS
 from .replay_buffer import choose_groups, staleness
 from .rewards import comparable_reward, reward_diversity, shape_rewards
@@ -72,8 +73,8 @@ class CampaignTrainer:
         # hf: the backend's own model is trained in place. vllm: a transformers copy of the same weights is
         # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
         self.learner = backend
-        if not hasattr(backend, "model"):
-            if not (hasattr(backend, "load_adapter") and getattr(backend, "path", None) and cfg.train_lora):
+        if not has(backend, TRAINABLE):
+            if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train_lora):
                 raise TrainingError(f"--train {cfg.train} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
                                     f"not {getattr(backend, 'name', type(backend).__name__)}")
             from .hf import HFBackend

@@ -75,7 +75,7 @@ class _Part:
 
 def _editable(code: str) -> tuple[str, bool]:
     # Imported here, not at module level: evolve/ imports proposer/, never the other way round at import time.
-    from evolve.mutate import evolve_block
+    from problems.evolve_block import evolve_block
 
     block = evolve_block(code)
     return (code, False) if block is None else (block.rstrip("\n"), True)

@@ -21,8 +21,10 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from evaluators.types import Evaluation
+from problems.errors import VevoError
 from problems.model import Problem
 from proposer.base import STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
@@ -30,12 +32,11 @@ from . import selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
-from proposer.mutate import MutationError, apply_answer, normalized_hash
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 
 
-class ResumeError(ValueError):
+class ResumeError(VevoError, ValueError):
     """A run whose checkpoint cannot be continued here (one line for the CLI)."""
 
 
@@ -228,14 +229,10 @@ class Campaign:
         members = island.members
         vecs = _stack([self.cache[p].vector for p in members])
         scalars = np.array([self.cache[p].scalar for p in members])
-        if self.cfg.selection == "lexicase" and vecs.size:
-            i = selection.epsilon_lexicase(vecs, rng, self.cfg.lexicase_epsilon)
-        elif self.cfg.selection == "niches" and vecs.size:
-            i = selection.niche_select(vecs, scalars, np.array([self.cache[p].code_len for p in members]), rng)
-        else:
-            i = selection.tournament(scalars, rng, self.cfg.tournament_size)
+        pool = selection.Pool(vecs, scalars, np.array([self.cache[p].code_len for p in members]))
+        i = selection.SELECTIONS[self.cfg.selection.method](pool, rng, self.cfg.selection)
         parent = members[i]
-        insp = selection.inspirations(self.cache[parent].vector, vecs, scalars, self.cfg.inspirations, rng,
+        insp = selection.inspirations(self.cache[parent].vector, vecs, scalars, self.cfg.selection.inspirations, rng,
                                       exclude=i) if vecs.size else []
         insp_ids = [members[j] for j in insp]
         pm = self.cache[parent]
@@ -245,14 +242,14 @@ class Campaign:
                             parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
                             inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
                                           for j in insp_ids],
-                            m=self.cfg.answers, mode=self.cfg.answer_mode)
+                            m=self.cfg.answers, mode=self.cfg.sampling.answer_mode)
         pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
                      prompt=build_prompt(ctx, style=self.prompt_style), staleness=int(pending_same))
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()
-        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_tokens=self.cfg.max_tokens,
+        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p, max_tokens=self.cfg.sampling.max_tokens,
                             seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
         out = self.backend.generate([batch.prompt], self.cfg.group, sp)
         batch.completions = list(out[0]) if out else []
@@ -302,7 +299,7 @@ class Campaign:
                     row.append(("new", len(fresh)))
                     fresh.append(Candidate(ci, ai, code, h))
             slots.append(row)
-        evs = self.evaluator.evaluate_many([(problem, c.code) for c in fresh], self.cfg.eval_timeout) if fresh else []
+        evs = self.evaluator.evaluate_many([(problem, c.code) for c in fresh], self.cfg.sandbox.eval_timeout) if fresh else []
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []
         for c, ev in zip(fresh, evs):
@@ -336,8 +333,8 @@ class Campaign:
 
     def commit(self, out: Outcome, pending: Batch | None) -> None:
         b = out.batch
-        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                            max_tokens=self.cfg.max_tokens).to_dict()
+        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p,
+                            max_tokens=self.cfg.sampling.max_tokens).to_dict()
         comps = [CompletionRecord.from_completion(i, c, out.answers[i], out.answer_vectors[i], sp)
                  for i, c in enumerate(b.completions)]
         version = b.completions[0].policy_version if b.completions else 0
@@ -353,7 +350,7 @@ class Campaign:
             added.append(first + i)
             if p.evaluation.solved:
                 self.solved.setdefault(b.problem, b.iteration)
-        self.islands[key].add_many(added, self.cache, self.cfg.island_capacity)
+        self.islands[key].add_many(added, self.cache, self.cfg.selection.island_capacity)
         self._dirty.add(key)
         migrated = self._maybe_migrate(b.iteration)
         best = max((self.cache[p].scalar for p in self.islands[key].members), default=0.0)
@@ -369,15 +366,15 @@ class Campaign:
         self.iteration = b.iteration
 
     def _maybe_migrate(self, t: int) -> int:
-        every = self.cfg.migration_every
+        every = self.cfg.selection.migration_every
         if not every or t % every or self.cfg.islands < 2:
             return 0
         n = 0
         for pid in self.order:
             isl = [self.islands[(pid, k)] for k in range(self.cfg.islands)]
             for src, dst, prog in selection.ring_migration([i.ranked(self.cache) for i in isl],
-                                                           self.cfg.migration_count):
-                isl[dst].add(prog, self.cache, self.cfg.island_capacity)
+                                                           self.cfg.selection.migration_count):
+                isl[dst].add(prog, self.cache, self.cfg.selection.island_capacity)
                 self._dirty.add((pid, dst))
                 n += 1
         return n

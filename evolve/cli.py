@@ -8,9 +8,11 @@ import re
 import sys
 from pathlib import Path
 
+from problems.errors import VevoError
 
-class UserError(Exception):
-    """A one-line error for the user; exit code 2, no traceback."""
+
+class UserError(VevoError):
+    """A one-line error about the command line itself; exit code 2, no traceback."""
 
 
 # C0 controls but tab and newline, DEL, C1, line/paragraph separators, bidi overrides, lone surrogates
@@ -182,11 +184,6 @@ def cmd_eval_program(args) -> int:
 
 # ------------------------------------------------------------------ campaigns
 
-RUN_FLAGS = {"problems_dir": None, "suite": None, "problem": "problems", "proposer": None, "iterations": None,
-             "islands": None, "answers": None, "group": None, "seed": None, "workers": None, "out": None,
-             "train": None, "train_every": None, "train_batch": None, "selection": None, "chat": None}
-
-
 def _chat_value(text: str | None):
     """--chat auto|true|false as the config value (bool or "auto")."""
     return None if text is None else {"true": True, "false": False}.get(text, text)
@@ -208,25 +205,32 @@ def _set_overrides(items: list[str]) -> dict:
         if not eq or not key.strip():
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         try:
-            out[key.strip()] = yaml.safe_load(text)
+            value = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
+        section, dot, sub_key = key.strip().partition(".")
+        if dot:  # train.lr=1e-4: the sectioned spelling
+            out.setdefault(section, {})[sub_key] = value
+        else:
+            out[key.strip()] = value
     return out
 
 
 def cmd_run(args) -> int:
-    from .config import load_config
+    from .config import flag_value, load_config, run_flags
     from .runner import start
 
     overrides = {}
-    for flag, key in RUN_FLAGS.items():
-        v = getattr(args, flag, None)
-        if flag == "chat":
-            v = _chat_value(v)
+    for _, key, kind, _, _ in run_flags():
+        v = getattr(args, key, None)
         if v not in (None, []):
-            overrides[key or flag] = v
+            overrides[key] = flag_value(kind, v) if isinstance(v, str) else v
     overrides.update(_set_overrides(args.set))
     cfg = load_config(args.config, overrides)
+    if not (cfg.problems or cfg.suite or cfg.problems_dir):
+        print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
+              file=sys.stderr)
+        cfg.suite = "pbe"
     run_dir, summary = start(cfg, progress=not args.quiet)
     _print_summary(run_dir, summary)
     return 0
@@ -456,25 +460,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an evolution campaign")
     p.add_argument("config", nargs="?", help="YAML config (flags override it)")
-    pdir(p)
-    p.add_argument("--suite")
-    p.add_argument("--problem", action="append", default=[], metavar="ID")
-    p.add_argument("--proposer", metavar="SPEC", help="tiny | hf:PATH | vllm:PATH | openai:URL | replay:FILE")
-    p.add_argument("--iterations", type=int)
-    p.add_argument("--islands", type=int)
-    p.add_argument("--answers", type=int, help="m: answers per completion")
-    p.add_argument("--group", type=int, help="G: completions per prompt")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--workers", type=int)
-    p.add_argument("--out", metavar="RUNDIR")
-    p.add_argument("--selection", choices=["lexicase", "tournament", "niches"])
-    p.add_argument("--train", choices=["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
-    p.add_argument("--train-every", dest="train_every", type=int)
-    p.add_argument("--train-batch", dest="train_batch", type=int)
-    p.add_argument("--chat", choices=["auto", "true", "false"],
-                   help="chat template + chat prompt style (auto: when the tokenizer has a template)")
+    from .config import run_flags
+
+    for flag, key, kind, choices, help_ in run_flags():  # one flag per config key, from the config model
+        kw: dict = {"dest": key, "help": help_.replace("%", "%%") or None}
+        if kind == "list":
+            kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(key, "VALUE"))
+        else:
+            kw.update(type={"int": int, "float": float}.get(kind, str), choices=choices)
+        p.add_argument(f"--{flag}", **kw)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config key (e.g. train_lr=1e-4, train_reward=novel); repeatable")
+                   help="any config key, flat or dotted (train_lr=1e-4, train.reward=novel); repeatable")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
@@ -546,22 +542,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     args = build_parser().parse_args(argv)
-    from problems.model import ProblemError
+    from problems.errors import VevoError
 
     try:
         return int(args.fn(args) or 0)
-    except (UserError, ProblemError, KeyError) as e:
-        return _fail(e.args[0] if isinstance(e, KeyError) and e.args else e)
+    except VevoError as e:  # every layer's user-facing error: one line; anything else is a bug and shows itself
+        return _fail(e)
     except OSError as e:  # the environment's fault (unwritable dir, disk full): name the file, no traceback
         return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
     except KeyboardInterrupt:
         print("vevo: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # configuration errors from other layers carry their own one-line message
-        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError", "ResumeError", "ArchiveError"):
-            return _fail(e)
-        raise
 
 
 def _fail(msg: object) -> int:

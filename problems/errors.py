@@ -6,7 +6,7 @@ line and lets anything else show its traceback, because anything else is a bug.
 """
 from __future__ import annotations
 
-from pathlib import Path
+# no imports: the sandbox worker loads this module (through problems.values) and starts with nothing
 
 
 class VevoError(Exception):
@@ -16,7 +16,7 @@ class VevoError(Exception):
 class ProblemError(VevoError):
     """A malformed problem: str() is one line naming the file and the field."""
 
-    def __init__(self, where: str | Path, field_: str, msg: str):
+    def __init__(self, where: object, field_: str, msg: str):
         self.where, self.field, self.msg = str(where), field_, msg
         super().__init__(f"{where}: {field_}: {msg}" if field_ else f"{where}: {msg}")
 
@@ -25,7 +25,8 @@ class UnknownProblem(ProblemError, KeyError):
     """An id, suite or folder that names no problem (a KeyError too, for `registry.select` callers)."""
 
     def __init__(self, msg: str):
-        super().__init__("problems", "", msg)
+        self.where, self.field, self.msg = "", "", msg
+        Exception.__init__(self, msg)
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return Exception.__str__(self)
+        return self.msg

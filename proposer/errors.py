@@ -1,5 +1,5 @@
-"""The proposer layer's user-facing error, in a module of its own so backends and the spec parser share it
-without importing each other."""
+"""The proposer layer's user-facing errors, in a module of their own so backends, the spec parser and the
+trainers share them without importing each other."""
 from __future__ import annotations
 
 from problems.errors import VevoError
@@ -10,3 +10,7 @@ class BackendError(VevoError):
 
     def __init__(self, msg: str) -> None:
         super().__init__(" ".join(str(msg).split()))
+
+
+class TrainingError(VevoError):
+    """Training asked of a backend or a setting that cannot train; one line."""

@@ -519,7 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         p.set_defaults(fn=fn)
         if name == "train":
-            p.add_argument("--algo", default="vpo", choices=["vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
+            from proposer.estimators import ESTIMATORS
+
+            p.add_argument("--algo", default="vpo", choices=list(ESTIMATORS))
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
             p.add_argument("--batch", type=int, default=2, help="problems per step")

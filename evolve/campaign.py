@@ -16,7 +16,7 @@ import queue
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import numpy as np
 
@@ -89,6 +89,82 @@ class Outcome:
     n_dup: int
     n_format_error: int
     eval_seconds: float
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one answer's test vector comes from: nowhere (empty or unusable: zeros), a program already in the
+    archive (``ref`` = its id), or a fresh candidate of this batch (``ref`` = its index in ``Triage.fresh``)."""
+    kind: Literal["zero", "known", "fresh"]
+    ref: int = -1
+
+
+@dataclass(frozen=True)
+class FormatError:
+    completion: int
+    answer: int
+    text: str
+    error: str
+
+
+@dataclass
+class Triage:
+    """A batch's answers sorted before evaluation: only ``fresh`` candidates go to the sandbox."""
+    answers: list[list[str]]        # per completion, the m answer bodies
+    slots: list[list[Slot]]         # per completion, per answer
+    fresh: list[Candidate]
+    format_errors: list[FormatError]
+    n_dup: int
+
+
+def triage(completions: list[Completion], parent_code: str, m: int, known: dict[str, int]) -> Triage:
+    """Parse each completion into m answers, apply each to the parent, and dedupe by normalised AST against the
+    archive (``known``: hash -> program id) and within the batch. Pure: the same inputs give the same triage."""
+    tri = Triage([], [], [], [], 0)
+    fresh_by_hash: dict[str, int] = {}
+    for ci, comp in enumerate(completions):
+        parsed = parse_answers(comp.text, m)
+        tri.answers.append([a.body for a in parsed])
+        if all(a.kind == "empty" for a in parsed):
+            tri.format_errors.append(FormatError(ci, 0, comp.text, "no answers in the expected format"))
+            tri.slots.append([Slot("zero")] * m)
+            continue
+        row: list[Slot] = []
+        for ai, a in enumerate(parsed):
+            if a.kind == "empty":
+                row.append(Slot("zero"))
+                continue
+            try:
+                code = apply_answer(parent_code, a)
+            except MutationError as e:
+                tri.format_errors.append(FormatError(ci, ai, a.body, str(e)))
+                row.append(Slot("zero"))
+                continue
+            h = normalized_hash(code)
+            if h in known:
+                tri.n_dup += 1
+                row.append(Slot("known", known[h]))
+            elif h in fresh_by_hash:
+                tri.n_dup += 1
+                row.append(Slot("fresh", fresh_by_hash[h]))
+            else:
+                fresh_by_hash[h] = len(tri.fresh)
+                row.append(Slot("fresh", len(tri.fresh)))
+                tri.fresh.append(Candidate(ci, ai, code, h))
+        tri.slots.append(row)
+    return tri
+
+
+def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector: Callable[[int], Any],
+                   d: int) -> list[list[list[float]]]:
+    """Per completion, per answer, the test vector the trainer learns from (zeros for unusable answers)."""
+    def one(s: Slot) -> list[float]:
+        if s.kind == "known":
+            return [float(x) for x in known_vector(s.ref)]
+        if s.kind == "fresh":
+            return [float(x) for x in evs[s.ref].vector]
+        return [0.0] * d
+    return [[one(s) for s in row] for row in slots]
 
 
 class Campaign:
@@ -257,79 +333,38 @@ class Campaign:
 
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
+        """parse + apply + dedupe (`triage`) -> evaluate the fresh programs -> records and answer vectors."""
         t0 = time.perf_counter()
-        problem = self.problems[batch.problem]
         parent = self.cache[batch.parent_id]
-        d = parent.vector.size
-        m = self.cfg.answers
-        known = self.known[batch.problem]
-        answers: list[list[str]] = []
-        slots: list[list[Any]] = []  # per completion, per answer: ("zero"|"known"|"new"|"format", payload)
-        fresh: list[Candidate] = []
-        fresh_by_hash: dict[str, int] = {}
-        format_errors: list[tuple[int, int, str, str]] = []
-        n_dup = 0
-        for ci, comp in enumerate(batch.completions):
-            parsed = parse_answers(comp.text, m)
-            answers.append([a.body for a in parsed])
-            row: list[Any] = []
-            if all(a.kind == "empty" for a in parsed):
-                format_errors.append((ci, 0, comp.text, "no answers in the expected format"))
-                slots.append([("zero", None)] * m)
-                continue
-            for ai, a in enumerate(parsed):
-                if a.kind == "empty":
-                    row.append(("zero", None))
-                    continue
-                try:
-                    code = apply_answer(parent.code, a)
-                except MutationError as e:
-                    format_errors.append((ci, ai, a.body, str(e)))
-                    row.append(("zero", None))
-                    continue
-                h = normalized_hash(code)
-                if h in known:
-                    n_dup += 1
-                    row.append(("known", known[h]))
-                elif h in fresh_by_hash:
-                    n_dup += 1
-                    row.append(("new", fresh_by_hash[h]))
-                else:
-                    fresh_by_hash[h] = len(fresh)
-                    row.append(("new", len(fresh)))
-                    fresh.append(Candidate(ci, ai, code, h))
-            slots.append(row)
-        evs = self.evaluator.evaluate_many([(problem, c.code) for c in fresh], self.cfg.sandbox.eval_timeout) if fresh else []
+        tri = triage(batch.completions, parent.code, self.cfg.answers, self.known[batch.problem])
+        evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
+                                           self.cfg.sandbox.eval_timeout) if tri.fresh else []
+        programs, hashes = self._records(batch, tri, evs, parent.vector.size)
+        vectors = answer_vectors(tri.slots, evs, lambda pid: self.cache[pid].vector, parent.vector.size)
+        return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs, hashes=hashes,
+                       n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
+                       eval_seconds=time.perf_counter() - t0)
+
+    def _records(self, batch: Batch, tri: "Triage", evs: list[Evaluation], d: int) -> tuple[list[ProgramRecord],
+                                                                                           list[str | None]]:
+        """One program record per fresh candidate (with its evaluation), then one per format error."""
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []
-        for c, ev in zip(fresh, evs):
+        for c, ev in zip(tri.fresh, evs):
             ev.artifacts["ast_hash"] = c.ast_hash
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
                                           parent_ids=[batch.parent_id] + batch.inspiration_ids,
                                           completion=(0, c.completion), answer_index=c.answer,
                                           staleness=batch.staleness))
             hashes.append(c.ast_hash)
-        for ci, ai, text, err in format_errors:
-            ev = Evaluation.failed("format_error", d, error=err)
+        for f in tri.format_errors:
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island,
-                                          code=text[:MAX_FORMAT_ERROR_CODE], evaluation=ev,
-                                          parent_ids=[batch.parent_id], completion=(0, ci), answer_index=ai,
-                                          staleness=batch.staleness))
+                                          code=f.text[:MAX_FORMAT_ERROR_CODE],
+                                          evaluation=Evaluation.failed("format_error", d, error=f.error),
+                                          parent_ids=[batch.parent_id], completion=(0, f.completion),
+                                          answer_index=f.answer, staleness=batch.staleness))
             hashes.append(None)
-        vectors: list[list[list[float]]] = []
-        for row in slots:
-            vrow = []
-            for kind, payload in row:
-                if kind == "known":
-                    vrow.append([float(x) for x in self.cache[payload].vector])
-                elif kind == "new":
-                    vrow.append([float(x) for x in evs[payload].vector])
-                else:
-                    vrow.append([0.0] * d)
-            vectors.append(vrow)
-        return Outcome(batch=batch, answers=answers, answer_vectors=vectors, programs=programs, hashes=hashes,
-                       n_candidates=len(fresh), n_dup=n_dup, n_format_error=len(format_errors),
-                       eval_seconds=time.perf_counter() - t0)
+        return programs, hashes
 
     def commit(self, out: Outcome, pending: Batch | None) -> None:
         b = out.batch

@@ -73,7 +73,7 @@ class SamplingConfig(StrictModel):
 
 
 class TrainSection(StrictModel):
-    """Periodic proposer updates inside the campaign (proposer/campaign_training.py)."""
+    """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
 
     algo: str = Field("none", description="none, or an advantage estimator in proposer.estimators.ESTIMATORS")
     every: int = Field(10, ge=1, description="iterations between updates")

@@ -70,7 +70,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
         evaluator = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
     on_iteration = None
     if cfg.train.algo != "none":
-        from proposer.campaign_training import CampaignTrainer
+        from .campaign_training import CampaignTrainer
 
         on_iteration = CampaignTrainer(cfg, run_dir, backend)
     camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)

@@ -1,6 +1,6 @@
 """Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
 of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/replay_buffer.py``)
-→ rewards shaped by ``train_reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
+→ rewards shaped by ``train.reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
 PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
 under the run dir).
 
@@ -19,21 +19,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import ADAPTERS, TRAINABLE, has
-from .errors import TrainingError
-from .estimators import ESTIMATORS
-from .replay_buffer import choose_groups, staleness
-from .rewards import comparable_reward, reward_diversity, shape_rewards
-from .training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.errors import TrainingError
+from proposer.estimators import ESTIMATORS
+from proposer.replay_buffer import choose_groups, staleness
+from proposer.rewards import comparable_reward, reward_diversity, shape_rewards
+from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+
+from .archive import Archive, GroupRow
+from .config import CampaignConfig
+
+if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
+    from .campaign import Campaign
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
 
 
-def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
+def score_matrices(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
     """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion."""
     mats, gids, comps = [], [], []
     for g in groups:
@@ -48,7 +54,7 @@ def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
     return mats, gids, comps
 
 
-def training_config(cfg) -> TrainConfig:
+def training_config(cfg: CampaignConfig) -> TrainConfig:
     """The ``train_*`` keys (and the sampling temperature / top-p) of a run config as a TrainConfig."""
     return TrainConfig(lr=cfg.train.lr, epochs=cfg.train.epochs, clip_eps=cfg.train.clip_eps,
                        kl_beta=cfg.train.kl_beta, max_grad_norm=cfg.train.max_grad_norm,
@@ -63,7 +69,7 @@ def training_config(cfg) -> TrainConfig:
 class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
-    def __init__(self, cfg, run_dir: str | Path, backend):
+    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend):
         self.cfg, self.backend, self.algo = cfg, backend, cfg.train.algo
         self.dir = Path(run_dir) / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +80,7 @@ class CampaignTrainer:
             if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
                 raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
                                     f"not {getattr(backend, 'name', type(backend).__name__)}")
-            from .hf import HFBackend
+            from proposer.hf import HFBackend
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
                                      dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
@@ -82,7 +88,7 @@ class CampaignTrainer:
         if cfg.train.lora:
             from peft import PeftModel
 
-            from .lora import LoraError, wrap_lora
+            from proposer.lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
                 try:
@@ -163,7 +169,7 @@ class CampaignTrainer:
                 shutil.rmtree(p, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
-    def on_restore(self, camp) -> None:
+    def on_restore(self, camp: "Campaign") -> None:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
         a step due at the checkpoint's iteration that never finished is done now."""
         if (self.dir / "state.json").is_file():
@@ -177,17 +183,17 @@ class CampaignTrainer:
         if t > 0 and t % self.cfg.train.every == 0 and self.last_iteration < t:
             self.train(camp, t)
 
-    def __call__(self, camp, iteration: int) -> None:
+    def __call__(self, camp: "Campaign", iteration: int) -> None:
         if iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration:
             self.train(camp, iteration)
 
-    def _groups(self, archive, iteration: int) -> list:
+    def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
         """The replay buffer's pick (recent groups plus a seeded mix of older ones), complete groups only."""
         rng = np.random.default_rng([self.cfg.seed, iteration, 1])
         ids = choose_groups(archive.group_ids(), self.cfg.train.batch, self.cfg.train.replay_older, rng)
         return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
 
-    def _shaped(self, archive, groups, mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
+    def _shaped(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
         """train_reward applied to each completion's matrix (see proposer/rewards.py)."""
         mode = self.cfg.train.reward
         if mode == "vector":
@@ -202,7 +208,7 @@ class CampaignTrainer:
             out.append(shape_rewards(m, mode, novel=mask, parent=parents.get(parent_of[c.id])))
         return out
 
-    def train(self, camp, iteration: int) -> dict[str, Any] | None:
+    def train(self, camp: "Campaign", iteration: int) -> dict[str, Any] | None:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None

@@ -152,7 +152,9 @@ def nest(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
     out: dict[str, Any] = {}
     moved: dict[tuple[str, str], str] = {}
     for k, v in data.items():
-        if k in SECTIONS and isinstance(v, dict):
+        if k in SECTIONS and isinstance(v, StrictModel):  # already a section (validated assignment, copies)
+            out[k] = v
+        elif k in SECTIONS and isinstance(v, dict):
             out.setdefault(k, {})
             for kk, vv in v.items():
                 if (k, kk) in moved:

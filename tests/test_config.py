@@ -147,3 +147,10 @@ def test_yaml_round_trip(tmp_path):
     assert again.model_dump() == cfg.model_dump()
     assert load_config(write(tmp_path, config_to_yaml(CampaignConfig()), "d.yaml"), {}) == CampaignConfig()
     assert again != CampaignConfig()
+
+
+def test_assignment_keeps_sections():
+    cfg = load_config(None, {"train": "vpo", "train_lr": 0.01, "selection": "niches"})
+    cfg.suite = "pbe"  # validate_assignment re-runs the validators with the sections as models
+    assert (cfg.train.algo, cfg.train.lr, cfg.selection.method, cfg.suite) == ("vpo", 0.01, "niches", "pbe")
+    assert cfg.model_copy(update={"seed": 3}).train.lr == 0.01

@@ -111,3 +111,12 @@ def test_unregistered_names_are_one_line_errors(tmp_path, capsys):
         load_config(None, {"selection": {"method": "first"}})
     with pytest.raises(backends.BackendError, match="unknown proposer spec 'echo'"):
         backends.make_backend("echo")
+
+
+def test_first_use_without_problems_runs_the_builtin_suite(tmp_path, capsys):
+    """`vevo run --proposer tiny` with nothing to solve used to fail with 'no problems given'."""
+    rc = cli.main(["run", "--proposer", "tiny", "--iterations", "0", "--workers", "1", "--out",
+                   str(tmp_path / "r"), "--quiet"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "running the built-in suite 'pbe'" in out.err and "solved 0/24 problems" in out.out

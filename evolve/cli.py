@@ -190,7 +190,8 @@ def cmd_eval_program(args) -> int:
 
 RUN_FLAGS = {"problems_dir": None, "suite": None, "problem": "problems", "proposer": None, "iterations": None,
              "islands": None, "answers": None, "group": None, "seed": None, "workers": None, "out": None,
-             "train": None, "train_every": None, "train_batch": None, "selection": None, "chat": None}
+             "train": None, "train_every": None, "train_batch": None, "selection": None, "chat": None,
+             "executor": None, "ray_address": None}
 
 
 def _chat_value(text: str | None):
@@ -471,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int)
     p.add_argument("--out", metavar="RUNDIR")
     p.add_argument("--selection", choices=["lexicase", "tournament", "niches"])
+    p.add_argument("--executor", choices=["local", "ray"], help="where candidates are evaluated")
+    p.add_argument("--ray-address", dest="ray_address", metavar="ADDR",
+                   help="executor ray: cluster address (default: start a local Ray)")
     p.add_argument("--train", choices=["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
     p.add_argument("--train-every", dest="train_every", type=int)
     p.add_argument("--train-batch", dest="train_batch", type=int)
@@ -562,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
         if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError", "ResumeError", "ArchiveError"):
+                                  "TrainingError", "ResumeError", "ArchiveError", "ExecutorError"):
             return _fail(e)
         raise
 

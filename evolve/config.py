@@ -47,7 +47,11 @@ class CampaignConfig(StrictModel):
     answers: int = Field(4, ge=1, description="m: answers per completion")
     group: int = Field(2, ge=1, description="G: completions per prompt")
     seed: int = 0
-    workers: int = Field(2, ge=1)
+    workers: int = Field(2, ge=1, description="sandboxes (per node with executor: ray)")
+    executor: Literal["local", "ray"] = Field("local", description="where candidates are evaluated "
+                                              "(evaluators/executor.py); the results do not depend on it")
+    ray_address: str | None = Field(None, description="executor ray: the cluster to join (None: start a local "
+                                    "Ray)")
     out: str | None = None
     # selection and islands
     selection: Selection = "lexicase"

@@ -52,7 +52,7 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
 
 
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
-    from evaluators.pool import SandboxPool
+    from evaluators.executor import make_executor
 
     probs = resolve_problems(cfg)
     if backend is None:
@@ -62,7 +62,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     own_pool = evaluator is None
     if own_pool:
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
-        evaluator = SandboxPool(workers=cfg.workers, hide=hide)
+        evaluator = make_executor(cfg, hide)
     on_iteration = None
     if cfg.train != "none":
         from proposer.campaign_training import CampaignTrainer

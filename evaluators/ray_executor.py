@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections import deque
 from typing import Iterable
@@ -37,6 +38,19 @@ LOST = tuple(getattr(ray.exceptions, n) for n in (
     if hasattr(ray.exceptions, n))
 REFRESH_S = 2.0       # how often the node list is read again while work is in flight
 NO_NODE_TIMEOUT = 120.0  # seconds with no actor able to take work before giving up
+
+
+def _loopback_only() -> None:
+    """A Ray started here is a one-machine cluster: keep its sockets on 127.0.0.1. Ray would otherwise bind its
+    routable address, and a Ray cluster runs code for whoever reaches it. Ray 2.x reads this switch at import time
+    (its own processes import it anew and inherit the variable; this process's copy is set here)."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    try:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    except (ImportError, AttributeError):  # another Ray layout: it binds where it binds
+        pass
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
@@ -80,8 +94,10 @@ class RayExecutor:
         self.ready_timeout = float(ready_timeout)
         self._own = False
         if not ray.is_initialized():
+            if not address:
+                _loopback_only()
             try:
-                ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING,
+                ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
                          log_to_driver=False, configure_logging=False)
             except Exception as e:  # ConnectionError, ValueError, RuntimeError: all one line for the user
                 raise ExecutorError(" ".join(f"ray: cannot connect to {address or 'a new local cluster'}: "

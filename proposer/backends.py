@@ -6,6 +6,7 @@ Specs::
     hf:PATH         a local transformers model folder (HFBackend; PEFT adapters via load_adapter)
     vllm:PATH       a local model through the vLLM offline engine (proposer.vllm_backend.VLLMBackend(PATH, **kw))
     openai:URL      any OpenAI-compatible server (proposer.openai_backend.OpenAIBackend(URL, **kw))
+    openai:U1,U2    replicas of one model, requests spread, failover (proposer.replicas.ReplicatedBackend)
     replay:FILE     recorded completions, JSONL (proposer.replay.ReplayBackend)
 
 Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
@@ -83,6 +84,12 @@ def make_backend(spec: str, **kw: Any) -> Backend:
             raise BackendError(f"proposer {spec!r}: model path {arg} not found")
         return _optional("proposer.vllm_backend", ("VLLMBackend", "VllmBackend"), spec,
                          str(Path(arg).expanduser()), kw)
+    if kind == "openai" and "," in arg:  # replicas of one model: openai:URL1,URL2,... (proposer/replicas.py)
+        from proposer.replicas import ReplicatedBackend
+
+        kw.setdefault("max_retries", 2)  # a dead replica is left sooner: another one takes the request
+        return ReplicatedBackend([_optional("proposer.openai_backend", ("OpenAIBackend",), spec, url.strip(), dict(kw))
+                                  for url in arg.split(",") if url.strip()])
     if kind == "openai":
         return _optional("proposer.openai_backend", ("OpenAIBackend", "OpenAICompatibleBackend"), spec, arg, kw)
     raise BackendError(f"unknown proposer spec {spec!r}; {_EXPECTED}")

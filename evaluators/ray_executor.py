@@ -89,8 +89,10 @@ class RayExecutor:
     this process is already connected to). workers: sandboxes per node."""
 
     def __init__(self, address: str | None = None, workers: int = 2, hide: Iterable[str] = (), max_chunk: int = 64,
-                 ready_timeout: float = NO_NODE_TIMEOUT):
+                 ready_timeout: float = NO_NODE_TIMEOUT, max_nodes: int | None = None):
+        """max_nodes: use at most this many nodes (None: all of them)."""
         self.workers, self.hide, self.max_chunk = max(1, int(workers)), [str(h) for h in hide], max(1, int(max_chunk))
+        self.max_nodes = max_nodes
         self.ready_timeout = float(ready_timeout)
         self._own = False
         if not ray.is_initialized():
@@ -121,6 +123,8 @@ class RayExecutor:
         for nid in [n for n in self.nodes if n not in alive]:
             self._drop(nid)
         for nid in sorted(alive - set(self.nodes) - self._gone):
+            if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:
+                break
             h = SandboxNode.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
                                     name=None).remote(self.workers, self.hide)
             self.nodes[nid] = _Node(nid, h, h.info.remote())

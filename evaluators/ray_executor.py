@@ -53,6 +53,31 @@ def _loopback_only() -> None:
         pass
 
 
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ExecutorError(f"ray: bad address {address!r} (expected HOST:PORT or auto)")
+    return host.strip("[]"), int(port)
+
+
+def _is_loopback(address: str) -> bool:
+    if address == "auto":
+        return False
+    host = _host_port(address)[0]
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail in seconds with one line where ray.init would retry a dead address for minutes."""
+    import socket
+
+    host, port = _host_port(address)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ExecutorError(f"ray: cannot reach the cluster at {address}: {e.strerror or e}") from None
+
+
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
 class SandboxNode:
     """A warm SandboxPool on one node, and the problems this node has been sent."""
@@ -96,8 +121,10 @@ class RayExecutor:
         self.ready_timeout = float(ready_timeout)
         self._own = False
         if not ray.is_initialized():
-            if not address:
+            if not address or _is_loopback(address):
                 _loopback_only()
+            if address and address != "auto":
+                _check_reachable(address)
             try:
                 ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
                          log_to_driver=False, configure_logging=False)

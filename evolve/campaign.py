@@ -16,10 +16,11 @@ import queue
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal
 
 import numpy as np
 
+from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
 from problems.errors import VevoError
 from problems.model import Problem
@@ -38,10 +39,6 @@ MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the 
 
 class ResumeError(VevoError, ValueError):
     """A run whose checkpoint cannot be continued here (one line for the CLI)."""
-
-
-class Evaluator(Protocol):
-    def evaluate_many(self, items: list[tuple[Problem, str]], time_limit: float | None = None) -> list[Evaluation]: ...
 
 
 @dataclass

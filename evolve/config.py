@@ -20,10 +20,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from evaluators.executor import EXECUTORS as _EXECUTOR_REGISTRY
 from problems.errors import VevoError
 
 MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
-EXECUTORS = ("local",)  # evaluation executors (see the executor registry when it grows)
+EXECUTORS = tuple(_EXECUTOR_REGISTRY)  # evaluation executors: the registry in evaluators/executor.py
 
 
 class ConfigError(VevoError):
@@ -113,7 +114,7 @@ class TrainSection(StrictModel):
 class SandboxConfig(StrictModel):
     """The local sandbox pool that evaluates candidates."""
 
-    workers: int = Field(2, ge=1, description="sandbox worker processes")
+    workers: int = Field(2, ge=1, description="sandbox worker processes (per node with executor ray)")
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="seconds per candidate; "
                                        "None: the problem's own timeout")
 
@@ -121,7 +122,10 @@ class SandboxConfig(StrictModel):
 class ExecutorConfig(StrictModel):
     """Where evaluations run."""
 
-    kind: str = Field("local", description="local: a sandbox pool in this process's machine")
+    kind: str = Field("local", description="local: a sandbox pool on this machine; ray: one sandbox pool per Ray "
+                      "node (the results do not depend on it)")
+    ray_address: str | None = Field(None, description="kind ray: the cluster to join, HOST:PORT or auto (None: "
+                                    "start a local Ray on 127.0.0.1)")
 
     @field_validator("kind")
     @classmethod

@@ -57,17 +57,22 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
 
 
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
-    from evaluators.pool import SandboxPool
+    from evaluators.executor import make_executor
 
     probs = resolve_problems(cfg)
+    own_pool = evaluator is None
+    if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
+        hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
+        evaluator = make_executor(cfg, hide)
     if backend is None:
         from proposer.backends import make_backend
 
-        backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
-    own_pool = evaluator is None
-    if own_pool:
-        hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
-        evaluator = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
+        try:
+            backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
+        except BaseException:
+            if own_pool:
+                evaluator.close()
+            raise
     on_iteration = None
     if cfg.train.algo != "none":
         from .campaign_training import CampaignTrainer

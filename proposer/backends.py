@@ -6,6 +6,7 @@ Specs::
     hf:PATH         a local transformers model folder (HFBackend; PEFT adapters via load_adapter)
     vllm:PATH       a local model through the vLLM offline engine (proposer.vllm_backend.VLLMBackend(PATH, **kw))
     openai:URL      any OpenAI-compatible server (proposer.openai_backend.OpenAIBackend(URL, **kw))
+    openai:U1,U2    replicas of one model, requests spread, failover (proposer.replicas.ReplicatedBackend)
     replay:FILE     recorded completions, JSONL (proposer.replay.ReplayBackend)
 
 Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
@@ -76,6 +77,12 @@ def _vllm(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 
 
 def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    if "," in arg:  # replicas of one model: openai:URL1,URL2,... (proposer/replicas.py)
+        from proposer.replicas import ReplicatedBackend
+
+        kw.setdefault("max_retries", 2)  # a dead replica is left sooner: another one takes the request
+        return ReplicatedBackend([_optional("proposer.openai_backend", ("OpenAIBackend",), spec, url.strip(), dict(kw))
+                                  for url in arg.split(",") if url.strip()])
     return _optional("proposer.openai_backend", ("OpenAIBackend", "OpenAICompatibleBackend"), spec, arg, kw)
 
 

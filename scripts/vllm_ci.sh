@@ -49,4 +49,5 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$((ncpu > 1 ? nc
 export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-exec "$PY" -m pytest -q tests/test_vllm_backend.py tests/test_openai_backend.py tests/test_vllm_campaign.py "$@"
+exec "$PY" -m pytest -q tests/test_vllm_backend.py tests/test_openai_backend.py tests/test_vllm_campaign.py \
+    tests/test_vllm_replicas.py "$@"

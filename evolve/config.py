@@ -20,11 +20,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from evaluators.executor import EXECUTORS as _EXECUTOR_REGISTRY
+from evaluators.executor import EXECUTORS
 from problems.errors import VevoError
 
 MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
-EXECUTORS = tuple(_EXECUTOR_REGISTRY)  # evaluation executors: the registry in evaluators/executor.py
 
 
 class ConfigError(VevoError):
@@ -130,7 +129,7 @@ class ExecutorConfig(StrictModel):
     @field_validator("kind")
     @classmethod
     def _registered(cls, v: str) -> str:
-        return _known(v, EXECUTORS, "executor")
+        return _known(v, EXECUTORS, "executor")  # the live registry: a plugin's executor counts
 
 
 SECTIONS: dict[str, type[StrictModel]] = {"selection": SelectionConfig, "sampling": SamplingConfig,
@@ -306,7 +305,7 @@ def run_flags() -> list[tuple[str, str, str, tuple[str, ...] | None, str]]:
 
             from .selection import SELECTIONS
             choices = tuple(SELECTIONS) if sec == "selection" else ("none", *ESTIMATORS) if sec == "train" \
-                else EXECUTORS
+                else tuple(EXECUTORS)
         out.append((flat.replace("_", "-"), flat, kind, choices, f"{sec}.{key}: {f.description or ''}".rstrip(": ")))
     return out
 

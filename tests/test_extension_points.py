@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from evaluators import executor
+from evaluators.pool import SandboxPool
 from evolve import cli, selection
 from evolve.archive import Archive
 from problems import importers
@@ -59,8 +61,26 @@ def flat(score_matrices, group_ids, *, rng=None):
     return np.zeros(len(score_matrices)), {"raw_scores": np.zeros(len(score_matrices))}
 
 
+evaluated: list[int] = []
+
+
+class CountingExecutor:
+    """A new executor: the local sandbox pool, counting the candidates it is given."""
+
+    def __init__(self, cfg, hide):
+        self.pool = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
+
+    def evaluate_many(self, items, time_limit=None):
+        evaluated.append(len(items))
+        return self.pool.evaluate_many(items, time_limit)
+
+    def close(self):
+        self.pool.close()
+
+
 @pytest.fixture
 def registered(monkeypatch):
+    monkeypatch.setitem(executor.EXECUTORS, "counting", CountingExecutor)
     monkeypatch.setitem(importers.IMPORTERS, "pairs", import_pairs)
     monkeypatch.setitem(backends.BACKENDS, "echo", lambda arg, spec, kw: EchoBackend())
     monkeypatch.setattr(backends, "NO_ARGUMENT", backends.NO_ARGUMENT | {"echo"})
@@ -68,17 +88,20 @@ def registered(monkeypatch):
     monkeypatch.setitem(estimators.ESTIMATORS, "flat", flat)
 
 
-def test_importer_backend_and_selection_through_the_cli(registered, tmp_path, capsys):
+def test_importer_backend_selection_and_executor_through_the_cli(registered, tmp_path, capsys):
     src = tmp_path / "double.json"
     src.write_text(json.dumps({"name": "double", "pairs": [[1, 2], [2, 4], [5, 10]]}))
     assert cli.main(["problems", "import", "pairs", str(src), "--out", str(tmp_path / "probs")]) == 0
     run = tmp_path / "run"
     picked.clear()
+    evaluated.clear()
     rc = cli.main(["run", "--problems-dir", str(tmp_path / "probs"), "--proposer", "echo", "--selection", "first",
+                   "--executor", "counting",
                    "--iterations", "3", "--islands", "1", "--answers", "2", "--group", "2", "--workers", "1",
                    "--out", str(run), "--quiet"])
     assert rc == 0, capsys.readouterr().err
     assert picked and EchoBackend.calls >= 1  # the campaign chose parents with the new method
+    assert sum(evaluated) == 3  # the seed, then 2 fresh answers: every evaluation went through the new executor
     with Archive(run / "archive.db", readonly=True) as a:
         solved = [p for p in a.programs() if p.solved]
     assert [p.problem for p in solved] == ["pairs/double"] and "2 * x" in solved[0].code

@@ -478,7 +478,7 @@ def summarize(archive: Archive) -> dict:
     solved = archive.solved_problems()
     return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
             "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
-            "status_counts": archive.status_counts()}
+            "status_counts": archive.status_counts(), "best": archive.best_programs()}
 
 
 def _state_key(key: tuple[str, int]) -> str:

@@ -250,6 +250,9 @@ def _print_summary(run_dir: Path, s: dict) -> None:
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
           f"solved {s['solved']}/{s['problems']} problems")
     print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
+    for pid, b in sorted(s.get("best", {}).items()):
+        print(f"  best {printable(pid, False)}: {b['scalar']:.6g} (program {b['program_id']}, iteration "
+              f"{b['iteration']}, {b['status']}{', solved' if b['solved'] else ''})")
 
 
 def _open_run(run_dir: str):
@@ -273,6 +276,12 @@ def cmd_runs_show(args) -> int:
         _print_summary(Path(args.run_dir), s)
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
+    if getattr(args, "code", False):
+        with _open_run(args.run_dir) as a:
+            for pid, b in sorted(s["best"].items()):
+                row = a.program(b["program_id"])
+                print(f"# ---- best program of {printable(pid, False)} (scalar {b['scalar']:.6g})")
+                print(printable(row.code if row else "", True))
     return 0
 
 
@@ -489,6 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = p.add_subparsers(dest="rcmd", required=True)
     p = rsub.add_parser("show")
     p.add_argument("run_dir")
+    p.add_argument("--code", action="store_true", help="print each problem's best program")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_runs_show)
     p = sub.add_parser("export", help="one row per evaluated program")

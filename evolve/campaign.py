@@ -21,12 +21,13 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from evaluators.types import Evaluation
+from problems import metrics as metric_columns
 from problems.model import Problem
 from proposer.base import Backend, Completion, SamplingParams
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
-from . import selection
+from . import feedback, selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
@@ -177,9 +178,12 @@ class Campaign:
     def _remember(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str | None) -> None:
         if ev.status == "format_error":
             return
+        named = feedback.named_metrics(ev.artifacts)
         self.cache[pid] = Member(vector=np.asarray(ev.vector, dtype=float), scalar=float(ev.scalar),
                                  code_len=len(code), solved=ev.solved, code=code, status=ev.status,
-                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:])
+                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:],
+                                 names=named[0] if named else None, metrics=named[1] if named else None,
+                                 feedback=feedback.feedback(ev.artifacts) if named else None)
         self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
 
     def active(self, problem: str) -> bool:
@@ -226,7 +230,7 @@ class Campaign:
         island, rng = self.islands[key], self.rngs[key]
         self._dirty.add(key)
         members = island.members
-        vecs = _stack([self.cache[p].vector for p in members])
+        vecs = _stack([self.cache[p] for p in members])
         scalars = np.array([self.cache[p].scalar for p in members])
         if self.cfg.selection == "lexicase" and vecs.size:
             i = selection.epsilon_lexicase(vecs, rng, self.cfg.lexicase_epsilon)
@@ -239,13 +243,16 @@ class Campaign:
                                       exclude=i) if vecs.size else []
         insp_ids = [members[j] for j in insp]
         pm = self.cache[parent]
-        labels = self.labels[problem.id] or [f"metric {j}" for j in range(pm.vector.size)]
+        labels = self.labels[problem.id] or pm.names or [f"metric {j}" for j in range(pm.vector.size)]
         ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=pm.code,
                             parent_vector=[float(x) for x in pm.vector], test_labels=labels[: pm.vector.size],
                             parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
                             inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
                                           for j in insp_ids],
-                            m=self.cfg.answers, mode=self.cfg.answer_mode)
+                            m=self.cfg.answers, mode=self.cfg.answer_mode,
+                            metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
+                            feedback=pm.feedback or {},
+                            inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
                      prompt=build_prompt(ctx, style=self.prompt_style), staleness=int(pending_same))
@@ -324,9 +331,11 @@ class Campaign:
             vrow = []
             for kind, payload in row:
                 if kind == "known":
-                    vrow.append([float(x) for x in self.cache[payload].vector])
+                    vrow.append(_on_parent_columns(parent, self.cache[payload].vector,
+                                                   self.cache[payload].names))
                 elif kind == "new":
-                    vrow.append([float(x) for x in evs[payload].vector])
+                    named = feedback.named_metrics(evs[payload].artifacts)
+                    vrow.append(_on_parent_columns(parent, evs[payload].vector, named[0] if named else None))
                 else:
                     vrow.append([0.0] * d)
             vectors.append(vrow)
@@ -485,7 +494,24 @@ def _state_key(key: tuple[str, int]) -> str:
     return f"island/{key[1]}/{key[0]}"
 
 
-def _stack(vectors: list[np.ndarray]) -> np.ndarray:
+def _on_parent_columns(parent: Member, vector, names: list[str] | None) -> list[float]:
+    """An answer's vector on its parent's columns, so every answer of a group has the same d (named metrics
+    line up by name; a metric the answer lacks scores 0)."""
+    if parent.names is None or names is None:
+        return [float(x) for x in vector]
+    return metric_columns.align(names, [float(x) for x in vector], parent.names)
+
+
+def _stack(members: list[Member]) -> np.ndarray:
+    """The members' vectors as one matrix: named metrics on the union of their columns (by name), else padded."""
+    if members and any(m.names is not None for m in members):
+        _, rows = metric_columns.stack_named([(m.names or [], [float(x) for x in m.vector]) for m in members])
+        return np.asarray(rows, dtype=float).reshape(len(members), -1)
+    vectors = [m.vector for m in members]
+    return _stack_vectors(vectors)
+
+
+def _stack_vectors(vectors: list[np.ndarray]) -> np.ndarray:
     """Members of one problem share d; failed OpenEvolve runs may have fewer metrics: pad with 0."""
     if not vectors:
         return np.zeros((0, 0))

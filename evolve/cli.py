@@ -139,16 +139,26 @@ def cmd_problems_import(args) -> int:
         import shutil
 
         from problems.openevolve import load_openevolve
-        from problems.registry import find_problem_folders
+        from problems.registry import find_problem_folders, folder_id
 
-        n = 0
-        for folder in find_problem_folders(args.path):
-            load_openevolve(folder)  # validates; raises a one-line ProblemError
-            shutil.copytree(folder, out / folder.name, dirs_exist_ok=True)
-            n += 1
-        if not n:
+        root, skipped = Path(args.path), []
+        folders = find_problem_folders(root, skipped=skipped)
+        for folder, why in skipped:
+            print(f"skipped {printable(str(folder), False)}: {printable(why, False)}")
+        if not folders:
+            if skipped:
+                raise UserError(f"{args.path}: no OpenEvolve folder could be imported; {skipped[0][0]}: {skipped[0][1]}")
             raise UserError(f"{args.path}: no OpenEvolve folders (initial_program.py + evaluator.py) found")
-        print(f"imported {n} OpenEvolve problems into {out}")
+        # ids are paths below the root (hexagon_packing/11), kept as the folder layout under --out so a
+        # registry loading --out gives the same ids; an existing destination is never merged into
+        plan = [(folder, folder_id(folder, root)) for folder in folders]
+        for folder, pid in plan:
+            load_openevolve(folder, pid)  # validates; raises a one-line ProblemError
+            if (out / pid).exists():
+                raise UserError(f"{out / pid}: already exists (problem {pid!r}); remove it or choose another --out")
+        for folder, pid in plan:
+            shutil.copytree(folder, out / pid)
+        print(f"imported {len(plan)} OpenEvolve problems into {out}: {', '.join(pid for _, pid in plan)}")
         return 0
     from problems.importers import import_problems
 

@@ -113,3 +113,21 @@ def check_directions(table: Any, where, field_: str = "metrics") -> dict[str, st
         if v not in DIRECTIONS:
             raise ProblemError(where, f"{field_}.{k}", f"{v!r}: expected one of {', '.join(DIRECTIONS)}")
     return dict(table)
+
+
+def align(names: list[str], values: list[float], columns: list[str], fill: float = 0.0) -> list[float]:
+    """values (keyed by names) laid out on columns; a column the program did not report gets fill."""
+    got = dict(zip(names, values))
+    return [float(got.get(c, fill)) for c in columns]
+
+
+def stack_named(rows: list[tuple[list[str], list[float]]]) -> tuple[list[str], list[list[float]]]:
+    """Several programs' score columns on one sorted set of columns (the union). A column a program lacks gets
+    the worst value any program has there, so a missing metric never wins a lexicase case."""
+    columns = sorted({n for names, _ in rows for n in names})
+    worst = {}
+    for names, values in rows:
+        for n, v in zip(names, values):
+            worst[n] = min(worst.get(n, v), v)
+    return columns, [[float(dict(zip(names, values)).get(c, worst.get(c, 0.0))) for c in columns]
+                     for names, values in rows]

@@ -235,7 +235,7 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
             status = "memory"
         else:
             status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
-        arts["metrics"] = metrics
+        arts["metrics"], arts["metric_names"] = metrics, []
         return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
     metrics = {}
     for k, v in oe["metrics"].items():

@@ -239,7 +239,7 @@ class Campaign:
         else:
             i = selection.tournament(scalars, rng, self.cfg.tournament_size)
         parent = members[i]
-        insp = selection.inspirations(self.cache[parent].vector, vecs, scalars, self.cfg.inspirations, rng,
+        insp = selection.inspirations(vecs[i], vecs, scalars, self.cfg.inspirations, rng,
                                       exclude=i) if vecs.size else []
         insp_ids = [members[j] for j in insp]
         pm = self.cache[parent]
@@ -326,19 +326,7 @@ class Campaign:
                                           parent_ids=[batch.parent_id], completion=(0, ci), answer_index=ai,
                                           staleness=batch.staleness))
             hashes.append(None)
-        vectors: list[list[list[float]]] = []
-        for row in slots:
-            vrow = []
-            for kind, payload in row:
-                if kind == "known":
-                    vrow.append(_on_parent_columns(parent, self.cache[payload].vector,
-                                                   self.cache[payload].names))
-                elif kind == "new":
-                    named = feedback.named_metrics(evs[payload].artifacts)
-                    vrow.append(_on_parent_columns(parent, evs[payload].vector, named[0] if named else None))
-                else:
-                    vrow.append([0.0] * d)
-            vectors.append(vrow)
+        vectors = _answer_vectors(parent, slots, self.cache, evs, d)
         return Outcome(batch=batch, answers=answers, answer_vectors=vectors, programs=programs, hashes=hashes,
                        n_candidates=len(fresh), n_dup=n_dup, n_format_error=len(format_errors),
                        eval_seconds=time.perf_counter() - t0)
@@ -494,12 +482,27 @@ def _state_key(key: tuple[str, int]) -> str:
     return f"island/{key[1]}/{key[0]}"
 
 
-def _on_parent_columns(parent: Member, vector, names: list[str] | None) -> list[float]:
-    """An answer's vector on its parent's columns, so every answer of a group has the same d (named metrics
-    line up by name; a metric the answer lacks scores 0)."""
-    if parent.names is None or names is None:
-        return [float(x) for x in vector]
-    return metric_columns.align(names, [float(x) for x in vector], parent.names)
+def _answer_vectors(parent: Member, slots: list[list[Any]], cache: dict[int, Member], evs: list[Evaluation],
+                    d: int) -> list[list[list[float]]]:
+    """Per completion, per answer: its vector (the training reward). Answers that produced no program get zeros
+    (d: the parent's length). With named metrics every answer of the group is laid on the same columns, the
+    union of the parent's and the answers' (by name); a column an answer lacks, or an answer without a
+    program, gets the group's worst value there."""
+    def named(kind: str, payload: Any) -> tuple[list[str], list[float]]:
+        if kind == "known":
+            m = cache[payload]
+            return list(m.names or []), [float(x) for x in m.vector]
+        if kind == "new":
+            got = feedback.named_metrics(evs[payload].artifacts)
+            return (got[0] if got else []), [float(x) for x in evs[payload].vector]
+        return [], []
+    if parent.names is None:
+        return [[[float(x) for x in (cache[p].vector if k == "known" else evs[p].vector)] if k in ("known", "new")
+                 else [0.0] * d for k, p in row] for row in slots]
+    flat = [(parent.names, [float(x) for x in parent.vector])] + [named(k, p) for row in slots for k, p in row]
+    _, rows = metric_columns.stack_named(flat)
+    it = iter(rows[1:])
+    return [[next(it) for _ in row] for row in slots]
 
 
 def _stack(members: list[Member]) -> np.ndarray:

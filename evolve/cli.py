@@ -63,6 +63,8 @@ def cmd_problems_list(args) -> int:
         Console().print(t)
     for e in reg.errors:
         print(f"vevo: warning: {printable(e, newlines=False)}", file=sys.stderr)
+    for folder, why in reg.skipped:
+        print(f"vevo: skipped {printable(str(folder), False)}: {printable(why, False)}", file=sys.stderr)
     return 0
 
 

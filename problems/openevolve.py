@@ -139,7 +139,7 @@ def load_openevolve(folder: str | Path, problem_id: str | None = None) -> Proble
             description = ast.get_docstring(ast.parse(seed)) or ""
         except SyntaxError:
             description = ""
-    return Problem(id=problem_id or folder.name, seed_code=seed, tests=[], title=folder.name,
+    return Problem(id=problem_id or folder.name, seed_code=seed, tests=[], title=problem_id or folder.name,
                    description=description, entry_point=None, time_limit=timeout, solved_rule=solved,
                    memory_limit_mb=resources.memory_mb, suite="openevolve", source=folder,
                    resources=replace(resources), metric_directions=directions,

@@ -60,13 +60,15 @@ def find_problem_folders(root: str | Path, depth: int = MAX_DEPTH,
     return out
 
 
-def load_tree(root: str | Path, errors: list[ProblemError] | None = None) -> list[Problem]:
-    """Every problem under root. Malformed folders raise, or are collected into ``errors`` when given."""
+def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
+              skipped: list[tuple[Path, str]] | None = None) -> list[Problem]:
+    """Every problem under root. Malformed folders raise, or are collected into ``errors`` when given; folders
+    that look like problems but cannot be one (a non-Python OpenEvolve program) go to ``skipped`` with why."""
     root = Path(root)
     if not root.exists():
         raise ProblemError(root, "", "no such file or directory")
     out = []
-    skipped: list[tuple[Path, str]] = []
+    skipped = [] if skipped is None else skipped
     for folder in find_problem_folders(root, skipped=skipped):
         try:
             p = load_folder(folder, folder_id(folder, root))
@@ -90,6 +92,7 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None) -> lis
 class Registry:
     problems: dict[str, Problem] = field(default_factory=dict)
     errors: list[ProblemError] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     def add(self, p: Problem) -> None:
         self.problems.setdefault(p.id, p)  # first source wins: built-ins, then folders, then plugins
@@ -154,7 +157,7 @@ def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plu
     env = os.environ.get("VEVO_PROBLEMS_PATH", "")
     dirs = list(problems_dirs) + [d for d in env.split(os.pathsep) if d]
     for d in dirs:
-        for p in load_tree(d, reg.errors):
+        for p in load_tree(d, reg.errors, reg.skipped):
             reg.add(p)
     if plugins:
         for name, loader in plugin_sources():

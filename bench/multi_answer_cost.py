@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evolve.mutate import MutationError, apply_answer, normalized_hash  # noqa: E402
+from proposer.mutate import MutationError, apply_answer, normalized_hash  # noqa: E402
 from problems.suites import pbe  # noqa: E402
 from proposer.base import SamplingParams  # noqa: E402
 from proposer.parsing import parse_answers  # noqa: E402

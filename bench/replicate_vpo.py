@@ -55,13 +55,13 @@ def quality(args, log) -> dict:
             hist = []
             if algo != "untrained":
                 hist = train(backend, train_probs, pool, algo=algo, steps=args.steps, m=args.answers, group=args.group,
-                             batch=args.batch, lr=d.train_lr, lora=d.train_lora, lora_rank=d.train_lora_rank,
-                             epochs=d.train_epochs, kl_beta=d.train_kl_beta, seed=0, max_tokens=d.max_tokens,
+                             batch=args.batch, lr=d.train.lr, lora=d.train.lora, lora_rank=d.train.lora_rank,
+                             epochs=d.train.epochs, kl_beta=d.train.kl_beta, seed=0, max_tokens=d.sampling.max_tokens,
                              log=lambda s: None)
             t_train = time.perf_counter() - t
             with torch.no_grad():
                 ev = evaluate_proposer(backend, held, pool, k=args.k, m=args.answers, n=2 * args.k,
-                                       max_tokens=d.max_tokens, seed=1)
+                                       max_tokens=d.sampling.max_tokens, seed=1)
             rows[algo] = {"pass_curve": ev["pass_curve"], "best_curve": ev["best_curve"],
                           "diversity": ev["diversity"], "parse_rate": ev["parse_rate"], "train_s": t_train,
                           "train_reward": [h.get("mean_set_reward") for h in hist],
@@ -71,7 +71,7 @@ def quality(args, log) -> dict:
                 f"diversity {ev['diversity']:.3f} parse {ev['parse_rate']:.3f} (train {t_train:.0f} s)")
             del backend
     return {"rows": rows, "k": args.k, "n_heldout": len(held), "steps": args.steps, "batch": args.batch,
-            "group": args.group, "answers": args.answers, "lr": d.train_lr, "lora": d.train_lora}
+            "group": args.group, "answers": args.answers, "lr": d.train.lr, "lora": d.train.lora}
 
 
 def search(args, runs_dir: Path, log) -> dict:

@@ -18,6 +18,8 @@ import ctypes
 import os
 import sys
 
+from problems.errors import VevoError
+
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 1 << 14, 1 << 18
 MS_REMOUNT, MS_RDONLY = 32, 1
 MOUNT_ATTR_RDONLY, AT_RECURSIVE, SYS_mount_setattr = 0x1, 0x8000, 442
@@ -35,7 +37,7 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-class JailError(Exception):
+class JailError(VevoError):
     pass
 
 

@@ -135,6 +135,123 @@ def sweep_stale_boxes(parent: str) -> int:
     return n
 
 
+class _Dispatch:
+    """One call's jobs driven through the workers it holds, from one thread, by poll(). Each worker has up to
+    PIPELINE jobs in flight, so it starts the next as soon as it reports one, without a round trip through this
+    process (which shares the cores with the workers). Jobs run in submission order on each worker, so a head
+    job's clock starts when the previous result arrived. A worker that dies or stops answering is replaced: the
+    job it was running is reported ``killed``; the ones queued behind it (never started) go to another worker."""
+
+    def __init__(self, pool: "SandboxPool", jobs: list[dict], held: list[_WorkerHandle]):
+        self.pool, self.jobs = pool, jobs
+        self.res: list[dict | None] = [None] * len(jobs)
+        self.todo = deque(range(len(jobs)))         # not yet sent to any worker
+        self.flight: dict[_WorkerHandle, deque[int]] = {h: deque() for h in held}  # sent, not answered
+        self.since: dict[_WorkerHandle, float] = {}  # when each worker's head job started
+        self.poller = select.poll()
+        self.by_fd: dict[int, _WorkerHandle] = {}
+
+    def run(self) -> list[dict]:
+        try:
+            for h in list(self.flight):
+                self.attach(h)
+            for h in list(self.flight):
+                if h in self.flight:
+                    self.feed(h)
+            while any(self.flight.values()) or self.todo:
+                if not self.flight:  # every worker failed to restart
+                    for i in self.todo:
+                        self.res[i] = {"killed": "no sandbox worker could be started"}
+                    break
+                busy = [h for h, q in self.flight.items() if q]
+                if not busy:
+                    for h in list(self.flight):
+                        self.feed(h)
+                    continue
+                wait = max(0.0, min(self.deadline(h) for h in busy) - time.monotonic())
+                for fd, _ in self.poller.poll(wait * 1000):
+                    h = self.by_fd.get(fd)
+                    if h is not None and h in self.flight:
+                        self.drain(h)
+                self.expire()
+        finally:
+            self.release()
+        return self.res  # type: ignore[return-value]
+
+    def deadline(self, h: _WorkerHandle) -> float:
+        return self.since[h] + float(self.jobs[self.flight[h][0]]["time_limit"]) + GRACE
+
+    def attach(self, h: _WorkerHandle) -> None:
+        fd = h.rx.fileno()
+        self.by_fd[fd] = h
+        self.poller.register(fd, select.POLLIN)
+
+    def feed(self, h: _WorkerHandle) -> None:
+        """Send queued jobs to h until it has PIPELINE in flight."""
+        q = self.flight[h]
+        while self.todo and len(q) < PIPELINE:
+            i = self.todo.popleft()
+            q.append(i)
+            if len(q) == 1:
+                self.since[h] = time.monotonic()
+            if not h.send(self.jobs[i]):  # the worker is gone: job i never reached it, so it goes elsewhere
+                self.todo.appendleft(q.pop())
+                self.fail(h, "worker died")
+                return
+
+    def drain(self, h: _WorkerHandle) -> None:
+        """Take every answer h has ready, then top it up."""
+        while self.flight[h]:
+            msg = h.recv()
+            if msg is None:
+                self.fail(h, "worker died or stopped answering")
+                break
+            self.res[self.flight[h].popleft()] = msg
+            self.since[h] = time.monotonic()
+            if msg.get("retire"):  # its box could not be cleaned: it exits after this answer
+                self.fail(h, "worker retired", started=False)
+                break
+            if not h.rx.poll(0):
+                break
+        if h in self.flight:
+            self.feed(h)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for h in [h for h, q in self.flight.items() if q]:
+            if now > self.deadline(h):
+                self.fail(h, "worker stopped answering")
+
+    def fail(self, h: _WorkerHandle, why: str, started: bool = True) -> None:
+        """Replace h. started: its head job was running (it is reported killed); else every queued job goes
+        back to the queue (a worker that retired itself after its last answer)."""
+        queued = self.flight.pop(h)
+        if queued and started:
+            self.res[queued.popleft()] = {"killed": why}
+        self.todo.extendleft(reversed(queued))
+        fd = next(f for f, x in self.by_fd.items() if x is h)
+        self.poller.unregister(fd)
+        del self.by_fd[fd]
+        self.since.pop(h, None)
+        try:
+            new = self.pool._replace(h)
+        except Exception:  # could not start a worker: go on with the others (or fail the rest in run)
+            return
+        self.flight[new] = deque()
+        self.attach(new)
+        self.feed(new)
+
+    def release(self) -> None:
+        """Workers back to the pool; one interrupted with jobs in flight is in an unknown state: replaced."""
+        for h in list(self.flight):
+            if self.flight[h]:
+                try:
+                    h = self.pool._replace(h)
+                except Exception:
+                    continue
+            self.pool._idle.put(h)
+
+
 class SandboxPool:
     """workers: parallel candidates. hide: paths made invisible to candidates (run dirs, problem data)."""
 
@@ -174,6 +291,11 @@ class SandboxPool:
 
     def run_raw(self, job: dict) -> dict:
         return self._dispatch([job])[0]
+
+    def run_problem_raw(self, problem: Problem, code: str, time_limit: float | None = None) -> dict:
+        """The candidate's raw report on ``problem``'s inputs, unscored: how importers compute expected outputs
+        from a reference solution (the problem's expected values are ignored)."""
+        return self.run_raw(build_job(problem, code, time_limit))
 
     def evaluate(self, problem: Problem, code: str, time_limit: float | None = None) -> Evaluation:
         return self.evaluate_many([(problem, code)], time_limit)[0]
@@ -228,110 +350,13 @@ class SandboxPool:
         return new
 
     def _dispatch(self, jobs: list[dict]) -> list[dict]:
-        """Raw results of jobs, in order. One thread drives every worker it holds through poll(): each worker
-        has up to PIPELINE jobs in flight, so it starts the next as soon as it reports one, without a round
-        trip through this process (which shares the cores with the workers). Jobs run in submission order on
-        each worker, so a head job's clock starts when the previous result arrived. A worker that dies or
-        stops answering is replaced: the job it was running is reported ``killed``, the ones queued behind it
-        (never started) go to another worker."""
-        res: list[dict | None] = [None] * len(jobs)
+        """Raw results of jobs, in order (see `_Dispatch`)."""
         if not jobs:
             return []
-        todo = deque(range(len(jobs)))
         held = self._take(min(self.n, len(jobs)))
         if not held:
             return [{"killed": "no sandbox worker could be started"} for _ in jobs]
-        flight: dict[_WorkerHandle, deque[int]] = {h: deque() for h in held}
-        since: dict[_WorkerHandle, float] = {}
-        poller = select.poll()
-        by_fd: dict[int, _WorkerHandle] = {}
-
-        def attach(h: _WorkerHandle) -> None:
-            fd = h.rx.fileno()
-            by_fd[fd] = h
-            poller.register(fd, select.POLLIN)
-
-        def fail(h: _WorkerHandle, why: str, started: bool = True) -> None:
-            """Replace h. started: its head job was running (it is reported killed); else every queued job goes
-            back to the queue (a worker that retired itself after its last answer)."""
-            queued = flight.pop(h)
-            if queued and started:
-                res[queued.popleft()] = {"killed": why}
-                todo.extendleft(reversed(queued))
-            fd = next(f for f, x in by_fd.items() if x is h)
-            poller.unregister(fd)
-            del by_fd[fd]
-            since.pop(h, None)
-            try:
-                new = self._replace(h)
-            except Exception:  # could not start a worker: go on with the others (or fail the rest below)
-                return
-            flight[new] = deque()
-            attach(new)
-            feed(new)
-
-        def feed(h: _WorkerHandle) -> None:
-            q = flight[h]
-            while todo and len(q) < PIPELINE:
-                i = todo.popleft()
-                q.append(i)
-                if len(q) == 1:
-                    since[h] = time.monotonic()
-                if not h.send(jobs[i]):  # the worker is gone: job i never reached it, so it goes elsewhere
-                    todo.appendleft(q.pop())
-                    fail(h, "worker died")
-                    return
-
-        try:
-            for h in held:
-                attach(h)
-            for h in list(flight):
-                if h in flight:
-                    feed(h)
-            while any(flight.values()) or todo:
-                if not flight:  # every worker failed to restart
-                    for i in todo:
-                        res[i] = {"killed": "no sandbox worker could be started"}
-                    break
-                busy = [h for h, q in flight.items() if q]
-                if not busy:
-                    for h in list(flight):
-                        feed(h)
-                    continue
-                now = time.monotonic()
-                due = min(since[h] + float(jobs[flight[h][0]]["time_limit"]) + GRACE for h in busy)
-                events = poller.poll(max(0.0, due - now) * 1000)
-                for fd, _ in events:
-                    h = by_fd.get(fd)
-                    if h is None or h not in flight:
-                        continue
-                    while flight[h]:
-                        msg = h.recv()
-                        if msg is None:
-                            fail(h, "worker died or stopped answering")
-                            break
-                        res[flight[h].popleft()] = msg
-                        since[h] = time.monotonic()
-                        if msg.get("retire"):  # its box could not be cleaned: it exits after this answer
-                            fail(h, "worker retired", started=False)
-                            break
-                        if not h.rx.poll(0):
-                            break
-                    if h in flight:
-                        feed(h)
-                now = time.monotonic()
-                for h in [h for h, q in flight.items() if q]:
-                    if now > since[h] + float(jobs[flight[h][0]]["time_limit"]) + GRACE:
-                        fail(h, "worker stopped answering")
-        finally:
-            for h in list(flight):
-                if flight[h]:  # interrupted with jobs in flight: this worker's state is unknown
-                    try:
-                        h = self._replace(h)
-                    except Exception:
-                        continue
-                self._idle.put(h)
-        return res  # type: ignore[return-value]
+        return _Dispatch(self, jobs, held).run()
 
     def close(self) -> None:
         with self._lock:

@@ -32,13 +32,14 @@ from urllib.parse import quote
 import numpy as np
 
 from evaluators.types import Evaluation
+from problems.errors import VevoError
 from proposer.base import Completion, SamplingParams
 
 SCHEMA_VERSION = "2"  # 2: checkpoints became the incremental `state` table
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-class ArchiveError(ValueError):
+class ArchiveError(VevoError, ValueError):
     """An archive that cannot be read or written (not a vevo archive, corrupt, disk full): one line naming the
     file. A ValueError, as the checks it replaced were."""
 

@@ -16,14 +16,16 @@ import queue
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import numpy as np
 
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
+from problems.errors import VevoError
 from problems.model import Problem
-from proposer.base import Backend, Completion, SamplingParams
+from proposer.base import STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
@@ -31,12 +33,11 @@ from . import feedback, selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
-from .mutate import MutationError, apply_answer, normalized_hash
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 
 
-class ResumeError(ValueError):
+class ResumeError(VevoError, ValueError):
     """A run whose checkpoint cannot be continued here (one line for the CLI)."""
 
 
@@ -89,6 +90,82 @@ class Outcome:
     n_dup: int
     n_format_error: int
     eval_seconds: float
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one answer's test vector comes from: nowhere (empty or unusable: zeros), a program already in the
+    archive (``ref`` = its id), or a fresh candidate of this batch (``ref`` = its index in ``Triage.fresh``)."""
+    kind: Literal["zero", "known", "fresh"]
+    ref: int = -1
+
+
+@dataclass(frozen=True)
+class FormatError:
+    completion: int
+    answer: int
+    text: str
+    error: str
+
+
+@dataclass
+class Triage:
+    """A batch's answers sorted before evaluation: only ``fresh`` candidates go to the sandbox."""
+    answers: list[list[str]]        # per completion, the m answer bodies
+    slots: list[list[Slot]]         # per completion, per answer
+    fresh: list[Candidate]
+    format_errors: list[FormatError]
+    n_dup: int
+
+
+def triage(completions: list[Completion], parent_code: str, m: int, known: dict[str, int]) -> Triage:
+    """Parse each completion into m answers, apply each to the parent, and dedupe by normalised AST against the
+    archive (``known``: hash -> program id) and within the batch. Pure: the same inputs give the same triage."""
+    tri = Triage([], [], [], [], 0)
+    fresh_by_hash: dict[str, int] = {}
+    for ci, comp in enumerate(completions):
+        parsed = parse_answers(comp.text, m)
+        tri.answers.append([a.body for a in parsed])
+        if all(a.kind == "empty" for a in parsed):
+            tri.format_errors.append(FormatError(ci, 0, comp.text, "no answers in the expected format"))
+            tri.slots.append([Slot("zero")] * m)
+            continue
+        row: list[Slot] = []
+        for ai, a in enumerate(parsed):
+            if a.kind == "empty":
+                row.append(Slot("zero"))
+                continue
+            try:
+                code = apply_answer(parent_code, a)
+            except MutationError as e:
+                tri.format_errors.append(FormatError(ci, ai, a.body, str(e)))
+                row.append(Slot("zero"))
+                continue
+            h = normalized_hash(code)
+            if h in known:
+                tri.n_dup += 1
+                row.append(Slot("known", known[h]))
+            elif h in fresh_by_hash:
+                tri.n_dup += 1
+                row.append(Slot("fresh", fresh_by_hash[h]))
+            else:
+                fresh_by_hash[h] = len(tri.fresh)
+                row.append(Slot("fresh", len(tri.fresh)))
+                tri.fresh.append(Candidate(ci, ai, code, h))
+        tri.slots.append(row)
+    return tri
+
+
+def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector: Callable[[int], Any],
+                   d: int) -> list[list[list[float]]]:
+    """Per completion, per answer, the test vector the trainer learns from (zeros for unusable answers)."""
+    def one(s: Slot) -> list[float]:
+        if s.kind == "known":
+            return [float(x) for x in known_vector(s.ref)]
+        if s.kind == "fresh":
+            return [float(x) for x in evs[s.ref].vector]
+        return [0.0] * d
+    return [[one(s) for s in row] for row in slots]
 
 
 class Campaign:
@@ -148,9 +225,9 @@ class Campaign:
             self.rngs[key].bit_generator.state = entry["rng"]
         self.next_key = loop["next_key"]
         self.iteration = it
-        if loop.get("backend") is not None and hasattr(self.backend, "load_state"):
+        if loop.get("backend") is not None and has(self.backend, STATE):
             self.backend.load_state(loop["backend"])
-        if loop.get("policy_version") is not None and hasattr(self.backend, "set_policy_version"):
+        if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
             self.backend.set_policy_version(int(loop["policy_version"]))
         self._pending = Batch.from_dict(loop["pending"]) if loop.get("pending") else None
         hook = getattr(self.on_iteration, "on_restore", None)
@@ -164,7 +241,7 @@ class Campaign:
         st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members,
                                               "rng": self.rngs[k].bit_generator.state} for k in self._dirty}
         st["loop"] = {"problems": self.order, "next_key": self.next_key,
-                      "backend": self.backend.state() if hasattr(self.backend, "state") else None,
+                      "backend": self.backend.state() if has(self.backend, STATE) else None,
                       "policy_version": getattr(self.backend, "policy_version", 0),
                       "pending": pending.to_dict() if pending is not None else None}
         return st
@@ -232,14 +309,10 @@ class Campaign:
         members = island.members
         vecs = _stack([self.cache[p] for p in members])
         scalars = np.array([self.cache[p].scalar for p in members])
-        if self.cfg.selection == "lexicase" and vecs.size:
-            i = selection.epsilon_lexicase(vecs, rng, self.cfg.lexicase_epsilon)
-        elif self.cfg.selection == "niches" and vecs.size:
-            i = selection.niche_select(vecs, scalars, np.array([self.cache[p].code_len for p in members]), rng)
-        else:
-            i = selection.tournament(scalars, rng, self.cfg.tournament_size)
+        pool = selection.Pool(vecs, scalars, np.array([self.cache[p].code_len for p in members]))
+        i = selection.SELECTIONS[self.cfg.selection.method](pool, rng, self.cfg.selection)
         parent = members[i]
-        insp = selection.inspirations(vecs[i], vecs, scalars, self.cfg.inspirations, rng,
+        insp = selection.inspirations(vecs[i], vecs, scalars, self.cfg.selection.inspirations, rng,
                                       exclude=i) if vecs.size else []
         insp_ids = [members[j] for j in insp]
         pm = self.cache[parent]
@@ -249,7 +322,7 @@ class Campaign:
                             parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
                             inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
                                           for j in insp_ids],
-                            m=self.cfg.answers, mode=self.cfg.answer_mode,
+                            m=self.cfg.answers, mode=self.cfg.sampling.answer_mode,
                             metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
                             feedback=pm.feedback or {},
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
@@ -259,7 +332,7 @@ class Campaign:
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()
-        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p, max_tokens=self.cfg.max_tokens,
+        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p, max_tokens=self.cfg.sampling.max_tokens,
                             seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
         out = self.backend.generate([batch.prompt], self.cfg.group, sp)
         batch.completions = list(out[0]) if out else []
@@ -267,74 +340,46 @@ class Campaign:
 
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
+        """parse + apply + dedupe (`triage`) -> evaluate the fresh programs -> records and answer vectors."""
         t0 = time.perf_counter()
-        problem = self.problems[batch.problem]
         parent = self.cache[batch.parent_id]
-        d = parent.vector.size
-        m = self.cfg.answers
-        known = self.known[batch.problem]
-        answers: list[list[str]] = []
-        slots: list[list[Any]] = []  # per completion, per answer: ("zero"|"known"|"new"|"format", payload)
-        fresh: list[Candidate] = []
-        fresh_by_hash: dict[str, int] = {}
-        format_errors: list[tuple[int, int, str, str]] = []
-        n_dup = 0
-        for ci, comp in enumerate(batch.completions):
-            parsed = parse_answers(comp.text, m)
-            answers.append([a.body for a in parsed])
-            row: list[Any] = []
-            if all(a.kind == "empty" for a in parsed):
-                format_errors.append((ci, 0, comp.text, "no answers in the expected format"))
-                slots.append([("zero", None)] * m)
-                continue
-            for ai, a in enumerate(parsed):
-                if a.kind == "empty":
-                    row.append(("zero", None))
-                    continue
-                try:
-                    code = apply_answer(parent.code, a)
-                except MutationError as e:
-                    format_errors.append((ci, ai, a.body, str(e)))
-                    row.append(("zero", None))
-                    continue
-                h = normalized_hash(code)
-                if h in known:
-                    n_dup += 1
-                    row.append(("known", known[h]))
-                elif h in fresh_by_hash:
-                    n_dup += 1
-                    row.append(("new", fresh_by_hash[h]))
-                else:
-                    fresh_by_hash[h] = len(fresh)
-                    row.append(("new", len(fresh)))
-                    fresh.append(Candidate(ci, ai, code, h))
-            slots.append(row)
-        evs = self.evaluator.evaluate_many([(problem, c.code) for c in fresh], self.cfg.eval_timeout) if fresh else []
+        tri = triage(batch.completions, parent.code, self.cfg.answers, self.known[batch.problem])
+        evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
+                                           self.cfg.sandbox.eval_timeout) if tri.fresh else []
+        programs, hashes = self._records(batch, tri, evs, parent.vector.size)
+        if parent.names is not None:  # named metrics: every answer on the same columns
+            vectors = named_answer_vectors(parent, tri.slots, evs, self.cache)
+        else:
+            vectors = answer_vectors(tri.slots, evs, lambda pid: self.cache[pid].vector, parent.vector.size)
+        return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs, hashes=hashes,
+                       n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
+                       eval_seconds=time.perf_counter() - t0)
+
+    def _records(self, batch: Batch, tri: "Triage", evs: list[Evaluation], d: int) -> tuple[list[ProgramRecord],
+                                                                                           list[str | None]]:
+        """One program record per fresh candidate (with its evaluation), then one per format error."""
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []
-        for c, ev in zip(fresh, evs):
+        for c, ev in zip(tri.fresh, evs):
             ev.artifacts["ast_hash"] = c.ast_hash
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
                                           parent_ids=[batch.parent_id] + batch.inspiration_ids,
                                           completion=(0, c.completion), answer_index=c.answer,
                                           staleness=batch.staleness))
             hashes.append(c.ast_hash)
-        for ci, ai, text, err in format_errors:
-            ev = Evaluation.failed("format_error", d, error=err)
+        for f in tri.format_errors:
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island,
-                                          code=text[:MAX_FORMAT_ERROR_CODE], evaluation=ev,
-                                          parent_ids=[batch.parent_id], completion=(0, ci), answer_index=ai,
-                                          staleness=batch.staleness))
+                                          code=f.text[:MAX_FORMAT_ERROR_CODE],
+                                          evaluation=Evaluation.failed("format_error", d, error=f.error),
+                                          parent_ids=[batch.parent_id], completion=(0, f.completion),
+                                          answer_index=f.answer, staleness=batch.staleness))
             hashes.append(None)
-        vectors = _answer_vectors(parent, slots, self.cache, evs, d)
-        return Outcome(batch=batch, answers=answers, answer_vectors=vectors, programs=programs, hashes=hashes,
-                       n_candidates=len(fresh), n_dup=n_dup, n_format_error=len(format_errors),
-                       eval_seconds=time.perf_counter() - t0)
+        return programs, hashes
 
     def commit(self, out: Outcome, pending: Batch | None) -> None:
         b = out.batch
-        sp = SamplingParams(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
-                            max_tokens=self.cfg.max_tokens).to_dict()
+        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p,
+                            max_tokens=self.cfg.sampling.max_tokens).to_dict()
         comps = [CompletionRecord.from_completion(i, c, out.answers[i], out.answer_vectors[i], sp)
                  for i, c in enumerate(b.completions)]
         version = b.completions[0].policy_version if b.completions else 0
@@ -350,7 +395,7 @@ class Campaign:
             added.append(first + i)
             if p.evaluation.solved:
                 self.solved.setdefault(b.problem, b.iteration)
-        self.islands[key].add_many(added, self.cache, self.cfg.island_capacity)
+        self.islands[key].add_many(added, self.cache, self.cfg.selection.island_capacity)
         self._dirty.add(key)
         migrated = self._maybe_migrate(b.iteration)
         best = max((self.cache[p].scalar for p in self.islands[key].members), default=0.0)
@@ -366,15 +411,15 @@ class Campaign:
         self.iteration = b.iteration
 
     def _maybe_migrate(self, t: int) -> int:
-        every = self.cfg.migration_every
+        every = self.cfg.selection.migration_every
         if not every or t % every or self.cfg.islands < 2:
             return 0
         n = 0
         for pid in self.order:
             isl = [self.islands[(pid, k)] for k in range(self.cfg.islands)]
             for src, dst, prog in selection.ring_migration([i.ranked(self.cache) for i in isl],
-                                                           self.cfg.migration_count):
-                isl[dst].add(prog, self.cache, self.cfg.island_capacity)
+                                                           self.cfg.selection.migration_count):
+                isl[dst].add(prog, self.cache, self.cfg.selection.island_capacity)
                 self._dirty.add((pid, dst))
                 n += 1
         return n
@@ -482,24 +527,20 @@ def _state_key(key: tuple[str, int]) -> str:
     return f"island/{key[1]}/{key[0]}"
 
 
-def _answer_vectors(parent: Member, slots: list[list[Any]], cache: dict[int, Member], evs: list[Evaluation],
-                    d: int) -> list[list[list[float]]]:
-    """Per completion, per answer: its vector (the training reward). Answers that produced no program get zeros
-    (d: the parent's length). With named metrics every answer of the group is laid on the same columns, the
-    union of the parent's and the answers' (by name); a column an answer lacks, or an answer without a
-    program, gets the group's worst value there."""
-    def named(kind: str, payload: Any) -> tuple[list[str], list[float]]:
-        if kind == "known":
-            m = cache[payload]
+def named_answer_vectors(parent: Member, slots: list[list[Slot]], evs: list[Evaluation],
+                         cache: dict[int, Member]) -> list[list[list[float]]]:
+    """answer_vectors for evaluators that report metrics by name: every answer of the group laid on the same
+    columns, the union of the parent's and the answers' (by name); a column an answer lacks, or an answer
+    without a program, gets the group's worst value there."""
+    def named(s: Slot) -> tuple[list[str], list[float]]:
+        if s.kind == "known":
+            m = cache[s.ref]
             return list(m.names or []), [float(x) for x in m.vector]
-        if kind == "new":
-            got = feedback.named_metrics(evs[payload].artifacts)
-            return (got[0] if got else []), [float(x) for x in evs[payload].vector]
+        if s.kind == "fresh":
+            got = feedback.named_metrics(evs[s.ref].artifacts)
+            return (got[0] if got else []), [float(x) for x in evs[s.ref].vector]
         return [], []
-    if parent.names is None:
-        return [[[float(x) for x in (cache[p].vector if k == "known" else evs[p].vector)] if k in ("known", "new")
-                 else [0.0] * d for k, p in row] for row in slots]
-    flat = [(parent.names, [float(x) for x in parent.vector])] + [named(k, p) for row in slots for k, p in row]
+    flat = [(parent.names or [], [float(x) for x in parent.vector])] + [named(s) for row in slots for s in row]
     _, rows = metric_columns.stack_named(flat)
     it = iter(rows[1:])
     return [[next(it) for _ in row] for row in slots]

@@ -8,9 +8,11 @@ import re
 import sys
 from pathlib import Path
 
+from problems.errors import VevoError
 
-class UserError(Exception):
-    """A one-line error for the user; exit code 2, no traceback."""
+
+class UserError(VevoError):
+    """A one-line error about the command line itself; exit code 2, no traceback."""
 
 
 # C0 controls but tab and newline, DEL, C1, line/paragraph separators, bidi overrides, lone surrogates
@@ -134,40 +136,35 @@ def cmd_problems_check(args) -> int:
 
 
 def cmd_problems_import(args) -> int:
+    import shutil
+
+    from problems.importers import NEEDS_SANDBOX, import_problems
     from problems.model import write_native
 
     out = Path(args.out)
     if args.source == "openevolve":
-        import shutil
+        from problems.importers.openevolve import skipped_folders
 
-        from problems.openevolve import load_openevolve
-        from problems.registry import find_problem_folders, folder_id
-
-        root, skipped = Path(args.path), []
-        folders = find_problem_folders(root, skipped=skipped)
-        for folder, why in skipped:
+        for folder, why in skipped_folders(args.path):
             print(f"skipped {printable(str(folder), False)}: {printable(why, False)}")
-        if not folders:
-            if skipped:
-                raise UserError(f"{args.path}: no OpenEvolve folder could be imported; {skipped[0][0]}: {skipped[0][1]}")
-            raise UserError(f"{args.path}: no OpenEvolve folders (initial_program.py + evaluator.py) found")
-        # ids are paths below the root (hexagon_packing/11), kept as the folder layout under --out so a
-        # registry loading --out gives the same ids; an existing destination is never merged into
-        plan = [(folder, folder_id(folder, root)) for folder in folders]
-        for folder, pid in plan:
-            load_openevolve(folder, pid)  # validates; raises a one-line ProblemError
-            if (out / pid).exists():
-                raise UserError(f"{out / pid}: already exists (problem {pid!r}); remove it or choose another --out")
-        for folder, pid in plan:
-            shutil.copytree(folder, out / pid)
-        print(f"imported {len(plan)} OpenEvolve problems into {out}: {', '.join(pid for _, pid in plan)}")
-        return 0
-    from problems.importers import import_problems
-
-    probs = import_problems(args.source, Path(args.path))
+    pool = _pool(args.workers) if args.source in NEEDS_SANDBOX else None
+    try:
+        probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
+    finally:
+        if pool is not None:
+            pool.close()
+    # an OpenEvolve folder is copied as written, to its id (its path below the import root), so a registry
+    # loading --out gives the same ids; an existing destination is never merged into
     for p in probs:
-        write_native(p, out / p.id.replace("/", "__"))
-    print(f"imported {len(probs)} {args.source} problems into {out}")
+        if p.openevolve is not None and (out / p.id).exists():
+            raise UserError(f"{out / p.id}: already exists (problem {p.id!r}); remove it or choose another --out")
+    for p in probs:
+        if p.openevolve is not None and p.source is not None:  # the author's folder, as written
+            shutil.copytree(p.source, out / p.id)
+        else:
+            write_native(p, out / p.id.replace("/", "__"))
+    print(f"imported {len(probs)} {args.source} problems into {out}" +
+          (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
     return 0
 
 
@@ -200,11 +197,6 @@ def cmd_eval_program(args) -> int:
 
 # ------------------------------------------------------------------ campaigns
 
-RUN_FLAGS = {"problems_dir": None, "suite": None, "problem": "problems", "proposer": None, "iterations": None,
-             "islands": None, "answers": None, "group": None, "seed": None, "workers": None, "out": None,
-             "train": None, "train_every": None, "train_batch": None, "selection": None, "chat": None}
-
-
 def _chat_value(text: str | None):
     """--chat auto|true|false as the config value (bool or "auto")."""
     return None if text is None else {"true": True, "false": False}.get(text, text)
@@ -226,25 +218,32 @@ def _set_overrides(items: list[str]) -> dict:
         if not eq or not key.strip():
             raise UserError(f"--set {item!r}: expected KEY=VALUE")
         try:
-            out[key.strip()] = yaml.safe_load(text)
+            value = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
+        section, dot, sub_key = key.strip().partition(".")
+        if dot:  # train.lr=1e-4: the sectioned spelling
+            out.setdefault(section, {})[sub_key] = value
+        else:
+            out[key.strip()] = value
     return out
 
 
 def cmd_run(args) -> int:
-    from .config import load_config
+    from .config import flag_value, load_config, run_flags
     from .runner import start
 
     overrides = {}
-    for flag, key in RUN_FLAGS.items():
-        v = getattr(args, flag, None)
-        if flag == "chat":
-            v = _chat_value(v)
+    for _, key, kind, _, _ in run_flags():
+        v = getattr(args, key, None)
         if v not in (None, []):
-            overrides[key or flag] = v
+            overrides[key] = flag_value(kind, v) if isinstance(v, str) else v
     overrides.update(_set_overrides(args.set))
     cfg = load_config(args.config, overrides)
+    if not (cfg.problems or cfg.suite or cfg.problems_dir):
+        print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
+              file=sys.stderr)
+        cfg.suite = "pbe"
     run_dir, summary = start(cfg, progress=not args.quiet)
     _print_summary(run_dir, summary)
     return 0
@@ -434,6 +433,8 @@ def cmd_pretrain(args) -> int:
 # ------------------------------------------------------------------ parser
 
 def build_parser() -> argparse.ArgumentParser:
+    from problems.importers import sources
+
     ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -464,9 +465,10 @@ def build_parser() -> argparse.ArgumentParser:
     pdir(p)
     p.set_defaults(fn=cmd_problems_check)
     p = psub.add_parser("import")
-    p.add_argument("source", choices=["mbpp", "humaneval", "evalplus", "apps", "openevolve"])
+    p.add_argument("source", choices=sources())
     p.add_argument("path")
     p.add_argument("--out", required=True)
+    p.add_argument("--workers", type=int, default=2, help="sandbox workers (importers that run reference code)")
     p.set_defaults(fn=cmd_problems_import)
 
     p = sub.add_parser("eval-program", help="evaluate one program file on a problem")
@@ -480,25 +482,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an evolution campaign")
     p.add_argument("config", nargs="?", help="YAML config (flags override it)")
-    pdir(p)
-    p.add_argument("--suite")
-    p.add_argument("--problem", action="append", default=[], metavar="ID")
-    p.add_argument("--proposer", metavar="SPEC", help="tiny | hf:PATH | vllm:PATH | openai:URL | replay:FILE")
-    p.add_argument("--iterations", type=int)
-    p.add_argument("--islands", type=int)
-    p.add_argument("--answers", type=int, help="m: answers per completion")
-    p.add_argument("--group", type=int, help="G: completions per prompt")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--workers", type=int)
-    p.add_argument("--out", metavar="RUNDIR")
-    p.add_argument("--selection", choices=["lexicase", "tournament", "niches"])
-    p.add_argument("--train", choices=["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
-    p.add_argument("--train-every", dest="train_every", type=int)
-    p.add_argument("--train-batch", dest="train_batch", type=int)
-    p.add_argument("--chat", choices=["auto", "true", "false"],
-                   help="chat template + chat prompt style (auto: when the tokenizer has a template)")
+    from .config import run_flags
+
+    for flag, key, kind, choices, help_ in run_flags():  # one flag per config key, from the config model
+        kw: dict = {"dest": key, "help": help_.replace("%", "%%") or None}
+        if kind == "list":
+            kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(key, "VALUE"))
+        else:
+            kw.update(type={"int": int, "float": float}.get(kind, str), choices=choices)
+        p.add_argument(f"--{flag}", **kw)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config key (e.g. train_lr=1e-4, train_reward=novel); repeatable")
+                   help="any config key, flat or dotted (train_lr=1e-4, train.reward=novel); repeatable")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("resume", help="continue a run from its last checkpoint")
@@ -548,7 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         p.set_defaults(fn=fn)
         if name == "train":
-            p.add_argument("--algo", default="vpo", choices=["vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"])
+            from proposer.estimators import ESTIMATORS
+
+            p.add_argument("--algo", default="vpo", choices=list(ESTIMATORS))
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
             p.add_argument("--batch", type=int, default=2, help="problems per step")
@@ -571,22 +567,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     args = build_parser().parse_args(argv)
-    from problems.model import ProblemError
+    from problems.errors import VevoError
 
     try:
         return int(args.fn(args) or 0)
-    except (UserError, ProblemError, KeyError) as e:
-        return _fail(e.args[0] if isinstance(e, KeyError) and e.args else e)
+    except VevoError as e:  # every layer's user-facing error: one line; anything else is a bug and shows itself
+        return _fail(e)
     except OSError as e:  # the environment's fault (unwritable dir, disk full): name the file, no traceback
         return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
     except KeyboardInterrupt:
         print("vevo: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # configuration errors from other layers carry their own one-line message
-        if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError", "ResumeError", "ArchiveError"):
-            return _fail(e)
-        raise
 
 
 def _fail(msg: object) -> int:

@@ -1,26 +1,32 @@
 """Typed, strict campaign configuration (contract 5: an unknown key is an error that names the key).
 
-One flat pydantic model keeps every knob of a campaign in one place; `load_config` merges a YAML file with
-command-line overrides and turns every failure into a one-line `ConfigError` that names the file and the key,
-so a typo never silently falls back to a default.
+A campaign's knobs in typed sections — `selection`, `sampling`, `train`, `sandbox`, `executor` — beside the
+top-level keys that say what to solve and with what proposer. `load_config` merges a YAML file with command-line
+overrides and turns every failure into a one-line `ConfigError` naming the file and the key, so a typo never
+silently falls back to a default.
+
+The flat keys of earlier versions (``train_lr``, ``temperature``, ``selection: lexicase``, ``train: vpo``) are
+still accepted everywhere — in YAML, in overrides, in old run folders — and mean the section key they name
+(`FLAT_KEYS`); the CLI's run flags are generated from the same table (`run_flags`), so a new field is a new flag.
 """
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-Selection = Literal["lexicase", "tournament", "niches"]
-Trainer = Literal["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"]
-
+from problems.errors import VevoError
 
 MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
+EXECUTORS = ("local",)  # evaluation executors (see the executor registry when it grows)
 
 
-class ConfigError(Exception):
+class ConfigError(VevoError):
     """A configuration problem; str() is one line naming the source (file) and the key."""
 
 
@@ -30,43 +36,165 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+def _known(name: str, table: Any, what: str) -> str:
+    if name not in table:
+        raise ValueError(f"unknown {what} {name!r} (known: {', '.join(table)})")
+    return name
+
+
+class SelectionConfig(StrictModel):
+    """How parents and inspirations are chosen, and how islands keep and exchange members."""
+
+    method: str = Field("lexicase", description="parent selection: a name in evolve.selection.SELECTIONS")
+    lexicase_epsilon: float | None = Field(None, ge=0, description="None: per-test median absolute deviation")
+    tournament_size: int = Field(3, ge=1)
+    inspirations: int = Field(2, ge=0, description="other programs shown in the prompt")
+    island_capacity: int = Field(40, ge=1)
+    migration_every: int = Field(10, ge=0, description="0: never migrate")
+    migration_count: int = Field(1, ge=0)
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from .selection import SELECTIONS
+
+        return _known(v, SELECTIONS, "selection method")
+
+
+class SamplingConfig(StrictModel):
+    """What the proposer is asked for and how it samples."""
+
+    answer_mode: Literal["full", "diff"] = Field("full", description="answers are whole blocks or SEARCH/REPLACE diffs")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(384, ge=1)
+    chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
+                                         "openai proposers; auto: when the tokenizer has a chat template")
+
+
+class TrainSection(StrictModel):
+    """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
+
+    algo: str = Field("none", description="none, or an advantage estimator in proposer.estimators.ESTIMATORS")
+    every: int = Field(10, ge=1, description="iterations between updates")
+    batch: int = Field(8, ge=1, description="archive groups per training step")
+    lr: float = Field(1e-3, gt=0, description="AdamW lr; 1e-3 with LoRA r8 is the smallest that moves the tiny "
+                      "proposer (bench/train_sweep.py, docs/results/train_sweep.md)")
+    lora: bool = True
+    epochs: int = Field(1, ge=1)
+    reward: Literal["vector", "novel", "improvement"] = Field(
+        "vector", description="vector: answers' test vectors; novel: answers that reproduce a known program score "
+        "0; improvement: per test max(0, answer - parent)")
+    replay_older: float = Field(0.0, ge=0, le=1, description="share of each step's groups drawn from older "
+                                "archive groups (the rest are the most recent)")
+    minibatch: int | None = Field(None, ge=1, description="completions per optimizer update; None: "
+                                  "min(8, batch * group)")
+    micro_batch: int = Field(0, ge=0, description="completions per forward/backward (0: the minibatch)")
+    clip_eps: float = Field(0.2, gt=0, description="PPO clip range")
+    kl_beta: float = Field(1e-3, ge=0, description="k3 KL weight to the reference (LoRA: adapter off)")
+    is_cap: float = Field(2.0, ge=1, description="truncation of the sampler importance weight")
+    max_grad_norm: float = Field(1.0, ge=0, description="0: no clipping")
+    weight_decay: float = Field(0.0, ge=0)
+    lora_rank: int = Field(8, ge=1)
+    lora_alpha: float | None = Field(None, gt=0, description="None: 2 * rank")
+    lora_targets: list[str] | None = Field(None, description="module names; None: found per architecture")
+    max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
+    grad_checkpointing: bool = False
+    autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
+
+    @field_validator("algo")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        from proposer.estimators import ESTIMATORS
+
+        return _known(v, ["none", *ESTIMATORS], "training algorithm")
+
+
+class SandboxConfig(StrictModel):
+    """The local sandbox pool that evaluates candidates."""
+
+    workers: int = Field(2, ge=1, description="sandbox worker processes")
+    eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="seconds per candidate; "
+                                       "None: the problem's own timeout")
+
+
+class ExecutorConfig(StrictModel):
+    """Where evaluations run."""
+
+    kind: str = Field("local", description="local: a sandbox pool in this process's machine")
+
+    @field_validator("kind")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return _known(v, EXECUTORS, "executor")
+
+
+SECTIONS: dict[str, type[StrictModel]] = {"selection": SelectionConfig, "sampling": SamplingConfig,
+                                          "train": TrainSection, "sandbox": SandboxConfig, "executor": ExecutorConfig}
+_PRIMARY = {"selection": "method", "train": "algo", "executor": "kind"}  # `selection: tournament` == method
+_FLAT_PREFIX = {"train": "train_"}  # flat names of other sections' keys are the key itself
+
+
+def _flat_keys() -> dict[str, tuple[str, str]]:
+    out = {}
+    for sec, model in SECTIONS.items():
+        for name in model.model_fields:
+            flat = sec if _PRIMARY.get(sec) == name else _FLAT_PREFIX.get(sec, "") + name
+            out[flat] = (sec, name)
+    return out
+
+
+FLAT_KEYS: dict[str, tuple[str, str]] = _flat_keys()  # flat (legacy, CLI) key -> (section, key)
+
+
+def nest(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
+    """Flat keys moved into their sections; a key given both ways in one source is an error naming both."""
+    out: dict[str, Any] = {}
+    moved: dict[tuple[str, str], str] = {}
+    for k, v in data.items():
+        if k in SECTIONS and isinstance(v, StrictModel):  # already a section (validated assignment, copies)
+            out[k] = v
+        elif k in SECTIONS and isinstance(v, dict):
+            out.setdefault(k, {})
+            for kk, vv in v.items():
+                if (k, kk) in moved:
+                    raise ConfigError(f"{source}: '{k}.{kk}' is also given as '{moved[(k, kk)]}'")
+                out[k][kk] = vv
+        elif k in FLAT_KEYS and (k not in SECTIONS or not isinstance(v, dict)):
+            sec, key = FLAT_KEYS[k]
+            if key in out.get(sec, {}):
+                raise ConfigError(f"{source}: '{k}' is also given as '{sec}.{key}'")
+            out.setdefault(sec, {})[key] = v
+            moved[(sec, key)] = k
+        else:
+            out[k] = v
+    return out
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, one level deep for sections (an override of train.lr keeps train.algo)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for k, v in over.items():
+        if k in SECTIONS and isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k].update(v)
+        else:
+            out[k] = v
+    return out
+
+
 class CampaignConfig(StrictModel):
     """Everything one campaign needs. Defaults give a small, runnable campaign with the tiny proposer."""
 
     # what to solve
     problems: list[str] = Field(default_factory=list, description="problem ids")
     suite: str | None = Field(None, description="a named suite of problems")
-    problems_dir: list[str] = Field(default_factory=list, description="extra folders to load problems from")
+    problems_dir: list[str] = Field(default_factory=list, description="folders of problems; given alone, the "
+                                    "campaign runs every problem in them")
     # proposer and search shape
-    proposer: str = "tiny"
+    proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | openai:URL | replay:FILE")
     proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU; 1 while the "
                                          "sandbox overlaps generation ran 2.06x faster than 2 (bench/cpu_schedule.py); "
                                          "None: the backend's default")
-    iterations: int = Field(50, ge=0)
-    islands: int = Field(2, ge=1)
-    answers: int = Field(4, ge=1, description="m: answers per completion")
-    group: int = Field(2, ge=1, description="G: completions per prompt")
-    seed: int = 0
-    workers: int = Field(2, ge=1)
-    out: str | None = None
-    # selection and islands
-    selection: Selection = "lexicase"
-    lexicase_epsilon: float | None = Field(None, ge=0, description="None: per-test median absolute deviation")
-    tournament_size: int = Field(3, ge=1)
-    inspirations: int = Field(2, ge=0)
-    island_capacity: int = Field(40, ge=1)
-    migration_every: int = Field(10, ge=0, description="0: never migrate")
-    migration_count: int = Field(1, ge=0)
-    retire_solved: bool = True
-    # prompting and sampling
-    answer_mode: Literal["full", "diff"] = "full"
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(384, ge=1)
-    eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="None: the problem's own timeout")
-    pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
-    chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
-                                         "openai proposers; auto: when the tokenizer has a chat template")
     proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights of hf/vllm proposers (auto: bf16 on a GPU that has it, else fp32); a trainer "
         "keeps its trainable weights in fp32 whatever this is")
@@ -75,55 +203,47 @@ class CampaignConfig(StrictModel):
         "without vllm_sleep")
     vllm_sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each "
                              "training step (CUDA only)")
-    # training
-    train: Trainer = "none"
-    train_every: int = Field(10, ge=1)
-    train_batch: int = Field(8, ge=1, description="recent groups per training step")
-    train_lr: float = Field(1e-3, gt=0, description="AdamW lr; 1e-3 with LoRA r8 is the smallest that moves the "
-                            "tiny proposer (bench/train_sweep.py, docs/results/train_sweep.md)")
-    train_lora: bool = True
-    train_epochs: int = Field(1, ge=1)
-    train_reward: Literal["vector", "novel", "improvement"] = Field(
-        "vector", description="vector: answers' test vectors; novel: answers that reproduce a known program score "
-        "0; improvement: per test max(0, answer - parent)")
-    train_replay_older: float = Field(0.0, ge=0, le=1, description="share of each step's groups drawn from older "
-                                      "archive groups (the rest are the most recent)")
-    train_minibatch: int | None = Field(None, ge=1, description="completions per optimizer update; None: "
-                                        "min(8, train_batch * group)")
-    train_micro_batch: int = Field(0, ge=0, description="completions per forward/backward (0: the minibatch)")
-    train_clip_eps: float = Field(0.2, gt=0, description="PPO clip range")
-    train_kl_beta: float = Field(1e-3, ge=0, description="k3 KL weight to the reference (LoRA: adapter off)")
-    train_is_cap: float = Field(2.0, ge=1, description="truncation of the sampler importance weight")
-    train_max_grad_norm: float = Field(1.0, ge=0, description="0: no clipping")
-    train_weight_decay: float = Field(0.0, ge=0)
-    train_lora_rank: int = Field(8, ge=1)
-    train_lora_alpha: float | None = Field(None, gt=0, description="None: 2 * rank")
-    train_lora_targets: list[str] | None = Field(None, description="module names; None: found per architecture")
-    train_max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
-    train_grad_checkpointing: bool = False
-    train_autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
-    # bookkeeping
+    iterations: int = Field(50, ge=0)
+    islands: int = Field(2, ge=1)
+    answers: int = Field(4, ge=1, description="m: answers per completion")
+    group: int = Field(2, ge=1, description="G: completions per prompt")
+    seed: int = 0
+    out: str | None = Field(None, description="run folder (default runs/<timestamp>)")
+    retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
+    pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
     archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
                                                     "(survives power loss; normal survives kill -9)")
+    # sections
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    train: TrainSection = Field(default_factory=TrainSection)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
 
     _source: str = PrivateAttr(default="<config>")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_flat_keys(cls, data: Any) -> Any:
+        return nest(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _cross_field(self) -> "CampaignConfig":
         dup = sorted({p for p in self.problems if self.problems.count(p) > 1})
         if dup:
             raise ValueError(f"'problems': listed more than once: {', '.join(dup)}")
-        if self.migration_count > self.island_capacity:
-            raise ValueError(f"'migration_count': {self.migration_count} exceeds 'island_capacity' "
-                             f"{self.island_capacity}")
-        if self.train != "none" and self.proposer_dtype == "float16":
+        sel, tr = self.selection, self.train
+        if sel.migration_count > sel.island_capacity:
+            raise ValueError(f"'selection.migration_count': {sel.migration_count} exceeds "
+                             f"'selection.island_capacity' {sel.island_capacity}")
+        if tr.algo != "none" and self.proposer_dtype == "float16":
             raise ValueError("'proposer_dtype': float16 cannot be trained without loss scaling, which vevo does "
                              "not do; use bfloat16 or float32")
-        if self.train != "none" and self.temperature == 0:
-            raise ValueError("'temperature': 0 is greedy, every completion of a group is the same; training "
-                             "needs temperature > 0")
-        if self.train != "none" and self.group < 2:
-            raise ValueError(f"'group': train={self.train!r} estimates advantages within a group, "
+        if tr.algo != "none" and self.sampling.temperature == 0:
+            raise ValueError("'sampling.temperature': 0 is greedy, every completion of a group is the same; "
+                             "training needs temperature > 0")
+        if tr.algo != "none" and self.group < 2:
+            raise ValueError(f"'group': train.algo={tr.algo!r} estimates advantages within a group, "
                              f"so it needs group >= 2 (got {self.group})")
         return self
 
@@ -136,9 +256,62 @@ class CampaignConfig(StrictModel):
     def require_problems(self) -> "CampaignConfig":
         """A campaign needs something to solve; checked when one starts, not at construction, so a config
         can be built up from several sources first. Returns self."""
-        if not self.problems and not self.suite:
-            raise ConfigError(f"{self._source}: 'problems': no problems given (set 'problems' or 'suite')")
+        if not self.problems and not self.suite and not self.problems_dir:
+            raise ConfigError(f"{self._source}: 'problems': no problems given (set 'problems', 'suite' or "
+                              f"'problems_dir')")
         return self
+
+
+# ------------------------------------------------------------------------------------ flags from fields
+def _flag_kind(annotation: Any) -> tuple[str, tuple[str, ...] | None]:
+    """('list' | 'bool' | 'int' | 'float' | 'str', choices) for a field's annotation."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        lits = [x for a in args if typing.get_origin(a) is Literal for x in typing.get_args(a)]
+        if bool in args and lits:
+            return "str", ("true", "false", *lits)
+        return _flag_kind(args[0]) if len(args) == 1 else ("str", None)
+    if origin is Literal:
+        return "str", tuple(str(x) for x in typing.get_args(annotation))
+    if origin is list:
+        return "list", None
+    if annotation is bool:
+        return "bool", ("true", "false")
+    return {int: "int", float: "float"}.get(annotation, "str"), None
+
+
+FLAG_NAMES = {"problems": "problem"}  # --problem ID (repeatable) reads better than --problems
+
+
+def run_flags() -> list[tuple[str, str, str, tuple[str, ...] | None, str]]:
+    """(flag, dest key, kind, choices, help) for every config key: top-level fields, then each section's keys
+    under their flat names (`--train-lr`, `--temperature`, `--selection`). The dest key is what `load_config`
+    accepts as an override."""
+    out = []
+    for name, f in CampaignConfig.model_fields.items():
+        if name in SECTIONS:
+            continue
+        kind, choices = _flag_kind(f.annotation)
+        out.append((FLAG_NAMES.get(name, name).replace("_", "-"), name, kind, choices, f.description or ""))
+    for flat, (sec, key) in FLAT_KEYS.items():
+        f = SECTIONS[sec].model_fields[key]
+        kind, choices = _flag_kind(f.annotation)
+        if key in ("method", "algo") or (sec, key) == ("executor", "kind"):
+            from proposer.estimators import ESTIMATORS
+
+            from .selection import SELECTIONS
+            choices = tuple(SELECTIONS) if sec == "selection" else ("none", *ESTIMATORS) if sec == "train" \
+                else EXECUTORS
+        out.append((flat.replace("_", "-"), flat, kind, choices, f"{sec}.{key}: {f.description or ''}".rstrip(": ")))
+    return out
+
+
+def flag_value(kind: str, text: str) -> Any:
+    """A flag's text as the config value: true/false become booleans; numbers are left to the validator."""
+    if kind in ("bool", "str") and text in ("true", "false"):
+        return text == "true"
+    return text
 
 
 def _one_line(text: str) -> str:
@@ -146,12 +319,12 @@ def _one_line(text: str) -> str:
 
 
 def _format_error(source: str, err: ValidationError) -> str:
-    known = list(CampaignConfig.model_fields)
+    known = list(CampaignConfig.model_fields) + list(FLAT_KEYS) + [f"{s}.{k}" for s, k in FLAT_KEYS.values()]
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         if e["type"] == "extra_forbidden":
-            hint = difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+            hint = difflib.get_close_matches(loc, known, n=1) or difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
             parts.append(f"unknown key '{loc}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
             continue
         msg = e["msg"]
@@ -189,8 +362,8 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
     Every failure is a ConfigError with a one-line message naming the file and the key."""
     source = str(path) if path is not None else "<config>"
-    data = _read_yaml(Path(path)) if path is not None else {}
-    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    data = nest(_read_yaml(Path(path)), source) if path is not None else {}
+    data = merge(data, nest({k: v for k, v in (overrides or {}).items() if v is not None}, "overrides"))
     try:
         cfg = CampaignConfig.model_validate(data)
     except ValidationError as e:
@@ -200,5 +373,6 @@ def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None
 
 
 def config_to_yaml(cfg: CampaignConfig) -> str:
-    """YAML text that `load_config` turns back into an equal config (keys in declaration order)."""
+    """YAML text that `load_config` turns back into an equal config (keys in declaration order, sections
+    nested)."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, default_flow_style=False)

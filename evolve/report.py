@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from .archive import Archive, ProgramRow, TrainingRow
 from .campaign import summarize
+from .config import nest
 from .curves import Axis, plot
 
 # Training keys plotted first, in this order; every other numeric key follows alphabetically.
@@ -82,7 +83,7 @@ def gather_run(label: str, name: str, run_dir: str | Path) -> RunData:
 def _read_run(label: str, name: str, run_dir: Path) -> RunData:
     with Archive(run_dir / "archive.db", readonly=True) as a:
         listed = [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
-        config = json.loads(a.get_meta("config") or "{}")
+        config = nest(json.loads(a.get_meta("config") or "{}"))  # archives of earlier versions hold flat keys
         seen = {r.problem for r in a.progress_rows()}
         problems = listed + sorted(seen - set(listed))
         solved: dict[str, Solve] = {}
@@ -230,7 +231,7 @@ def _runs_table(data: ReportData) -> str:
     for r in data.run_data:
         s = r.summary
         rows.append(f"<tr><td>{_e(r.name)}</td><td class='pid'>{_e(r.path)}</td>"
-                    f"<td>{_e(r.config.get('train', '?'))}</td><td>{s['iterations']}</td>"
+                    f"<td>{_e(r.config.get('train', {}).get('algo', 'none'))}</td><td>{s['iterations']}</td>"
                     f"<td>{s['evaluations']}</td><td>{s['solved']}/{s['problems']}</td>"
                     f"<td>{len(r.training)}</td></tr>")
     return "\n".join(rows) + "</table>"
@@ -287,7 +288,7 @@ def _training_section(data: ReportData, figures: list[tuple[str, str]]) -> str:
     parts = []
     for r in data.run_data:
         if not r.training:
-            parts.append(f"<p class='note'>{_e(r.name)}: no training (train: {_e(r.config.get('train', '?'))})"
+            parts.append(f"<p class='note'>{_e(r.name)}: no training (train: {_e(r.config.get('train', {}).get('algo', 'none'))})"
                          "</p>")
         skipped = [row for row in r.training if "skipped" in row.data]
         if skipped:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from problems.errors import VevoError
 from problems.registry import discover
 
 from .archive import check_archive_file
@@ -14,16 +15,20 @@ from .config import CampaignConfig, config_to_yaml, load_config
 CONFIG_NAME = "config.yaml"
 
 
-class RunError(Exception):
+class RunError(VevoError):
     """One-line user-facing error about a run directory."""
 
 
 def resolve_problems(cfg: CampaignConfig):
+    """The campaign's problems: the suite and ids given; with neither, every problem in `problems_dir`."""
     reg = discover(cfg.problems_dir)
-    try:
+    if cfg.suite or cfg.problems:
         probs = reg.select(suite=cfg.suite, ids=cfg.problems)
-    except KeyError as e:
-        raise RunError(e.args[0]) from None
+    else:
+        probs = [reg.problems[pid] for pid in reg.from_dirs]
+        if not probs:
+            why = "; ".join(str(e) for e in reg.errors[:3])
+            raise RunError(f"no problems found in {', '.join(cfg.problems_dir)}" + (f" ({why})" if why else ""))
     if not probs:
         raise RunError("no problems selected")
     return probs
@@ -33,8 +38,8 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
     """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU)."""
     kind = "hf" if cfg.proposer == "tiny" else cfg.proposer.partition(":")[0]
     kw: dict = {}
-    if kind in ("hf", "vllm", "openai") and (kind != "openai" or cfg.chat != "auto"):
-        kw["chat"] = cfg.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
+    if kind in ("hf", "vllm", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
+        kw["chat"] = cfg.sampling.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
     if kind == "hf":
         if cfg.proposer_threads:
             kw["threads"] = cfg.proposer_threads
@@ -44,10 +49,10 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
         kw["dtype"] = cfg.proposer_dtype
         share = cfg.vllm_gpu_memory_utilization
         if share is None:
-            share = 0.5 if cfg.train != "none" and not cfg.vllm_sleep else 0.85
+            share = 0.5 if cfg.train.algo != "none" and not cfg.vllm_sleep else 0.85
         kw.update(gpu_memory_utilization=share, enable_sleep_mode=cfg.vllm_sleep)
-        if cfg.train != "none":
-            kw["max_lora_rank"] = max(64, cfg.train_lora_rank)
+        if cfg.train.algo != "none":
+            kw["max_lora_rank"] = max(64, cfg.train.lora_rank)
     return kw
 
 
@@ -62,10 +67,10 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     own_pool = evaluator is None
     if own_pool:
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
-        evaluator = SandboxPool(workers=cfg.workers, hide=hide)
+        evaluator = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
     on_iteration = None
-    if cfg.train != "none":
-        from proposer.campaign_training import CampaignTrainer
+    if cfg.train.algo != "none":
+        from .campaign_training import CampaignTrainer
 
         on_iteration = CampaignTrainer(cfg, run_dir, backend)
     camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)

@@ -5,6 +5,9 @@ Scores are "higher is better"; a NaN score counts as 0 (a failed test).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Callable
+
 import numpy as np
 
 
@@ -147,3 +150,41 @@ def ring_migration(island_best: list[list[int]], count: int) -> list[tuple[int, 
         there = set(island_best[dest])
         moves += [(i, dest, int(pid)) for pid in members[:count] if pid not in there]
     return moves
+
+
+# ------------------------------------------------------------------------------------------ the registry
+@dataclass(frozen=True)
+class Pool:
+    """What a selection method sees of an island: one row per member."""
+    vectors: np.ndarray       # (n, d) per-test scores
+    scalars: np.ndarray       # (n,) the problem's scalar score
+    code_lengths: np.ndarray  # (n,) characters of program text
+
+
+# name -> select(pool, rng, params) -> the chosen member's row; params is the run config's `selection` section
+SelectFn = Callable[[Pool, np.random.Generator, Any], int]
+
+
+def _lexicase(pool: Pool, rng: np.random.Generator, params: Any) -> int:
+    if not pool.vectors.size:  # no per-test vector (e.g. no tests): fall back to the scalar
+        return tournament(pool.scalars, rng, params.tournament_size)
+    return epsilon_lexicase(pool.vectors, rng, params.lexicase_epsilon)
+
+
+def _tournament(pool: Pool, rng: np.random.Generator, params: Any) -> int:
+    return tournament(pool.scalars, rng, params.tournament_size)
+
+
+def _niches(pool: Pool, rng: np.random.Generator, params: Any) -> int:
+    if not pool.vectors.size:
+        return tournament(pool.scalars, rng, params.tournament_size)
+    return niche_select(pool.vectors, pool.scalars, pool.code_lengths, rng)
+
+
+# To add a method: write a pure function above and a wrapper with this signature, then add it here (or call
+# ``register_selection``); the config's `selection.method`, the CLI's --selection choices and the docs read it.
+SELECTIONS: dict[str, SelectFn] = {"lexicase": _lexicase, "tournament": _tournament, "niches": _niches}
+
+
+def register_selection(name: str, fn: SelectFn) -> None:
+    SELECTIONS[name] = fn

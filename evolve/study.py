@@ -17,13 +17,15 @@ import numpy as np
 from evaluators.types import Evaluation
 from problems.model import Problem
 from proposer.base import SamplingParams
+from proposer.base import TRAINABLE, has
+from proposer.errors import TrainingError
 from proposer.estimators import ESTIMATORS
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 from proposer.rewards import comparable_reward, reward_diversity
 from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
-from .mutate import MutationError, apply_answer
+from proposer.mutate import MutationError, apply_answer
 
 
 def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact") -> str:
@@ -62,8 +64,8 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
           batch: int = 2, lr: float = 1e-3, lora: bool = True, seed: int = 0, out: str | Path | None = None,
           max_tokens: int = 384, temperature: float = 1.0, lora_rank: int = 8, epochs: int = 1,
           kl_beta: float = 1e-3, log=print) -> list[dict[str, Any]]:
-    if not hasattr(backend, "model"):
-        raise ValueError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
+    if not has(backend, TRAINABLE):
+        raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
     if lora:
         from proposer.lora import wrap_lora
@@ -89,7 +91,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
             gids += [gi] * len(ms)
             comps += comps_i
         est = ESTIMATORS[algo]
-        adv, diag = est(mats, gids, rng=rng) if algo == "vpo" else est(mats, gids)
+        adv, diag = est(mats, gids, rng=rng)
         samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)]  # zeros too (KL, mean)
         stats: dict[str, Any] = {"step": step, "algo_reward": float(np.mean(diag["raw_scores"])),
                                  "reward_diversity": reward_diversity(mats), "samples": len(samples)}

@@ -5,7 +5,7 @@ import gzip
 import json
 from pathlib import Path
 
-from .model import ProblemError
+from .errors import ProblemError
 
 
 def open_text(path: Path):

@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any, Mapping
 
+from .errors import ProblemError
+
 DIRECTIONS = ("higher", "lower", "ignore")
 # Checked in order; the first pattern that matches the whole (lower-cased) name decides.
 KNOWN: tuple[tuple[str, str], ...] = (
@@ -105,8 +107,6 @@ def score_columns(metrics: Mapping[str, Any], overrides: Mapping[str, str] | Non
 
 def check_directions(table: Any, where, field_: str = "metrics") -> dict[str, str]:
     """A ``[metrics]`` table: metric name → higher | lower | ignore."""
-    from .model import ProblemError
-
     if not isinstance(table, dict):
         raise ProblemError(where, field_, "must be a table of metric name = \"higher\" | \"lower\" | \"ignore\"")
     for k, v in table.items():

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from . import values
+from .errors import ProblemError
 from .metrics import check_directions
 from .resources import NATIVE, Resources, resources_from_dict, resources_to_dict
 
@@ -28,14 +29,6 @@ LANGUAGES = ("python",)
 MAX_TIME_LIMIT = 86_400.0  # a day: past this a limit is a typo, and the sandbox's timers need finite values
 MAX_MEMORY_MB = 1 << 20
 _SOLVED_RE = re.compile(r"^\s*(all|none|scalar\s*>=\s*([0-9.eE+-]+))\s*$")
-
-
-class ProblemError(Exception):
-    """A malformed problem: str() is one line naming the file and the field."""
-
-    def __init__(self, where: str | Path, field_: str, msg: str):
-        self.where, self.field, self.msg = str(where), field_, msg
-        super().__init__(f"{where}: {field_}: {msg}" if field_ else f"{where}: {msg}")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .model import Problem, ProblemError, load_native
+from .errors import ProblemError, UnknownProblem
+from .model import Problem, load_native
 from .openevolve import folder_issue, is_openevolve_folder, load_openevolve
 
 ENTRY_POINT_GROUP = "vevo.problems"
@@ -92,6 +93,7 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
 class Registry:
     problems: dict[str, Problem] = field(default_factory=dict)
     errors: list[ProblemError] = field(default_factory=list)
+    from_dirs: list[str] = field(default_factory=list)  # ids loaded from the folders given to `discover`
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     def add(self, p: Problem) -> None:
@@ -100,7 +102,7 @@ class Registry:
     def get(self, pid: str) -> Problem:
         if pid in self.problems:
             return self.problems[pid]
-        raise KeyError(f"unknown problem {pid!r} (see `vevo problems list`)")
+        raise UnknownProblem(f"unknown problem {pid!r} (see `vevo problems list`)")
 
     def suites(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -135,7 +137,7 @@ def suite_problems(suite: str, reg: Registry) -> list[Problem]:
         return list(SUITES[suite]())
     members = [p for p in reg.problems.values() if p.suite == suite]
     if not members:
-        raise KeyError(f"unknown suite {suite!r} (known: {', '.join(sorted(set(SUITES) | set(reg.suites())))})")
+        raise UnknownProblem(f"unknown suite {suite!r} (known: {', '.join(sorted(set(SUITES) | set(reg.suites())))})")
     return members
 
 
@@ -148,6 +150,7 @@ def plugin_sources() -> list[tuple[str, Callable]]:
 
 
 def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plugins: bool = True) -> Registry:
+    problems_dirs = list(problems_dirs)
     reg = Registry()
     if builtin:
         from .suites import builtin_problems
@@ -159,6 +162,8 @@ def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plu
     for d in dirs:
         for p in load_tree(d, reg.errors, reg.skipped):
             reg.add(p)
+            if d in problems_dirs and p.id not in reg.from_dirs:
+                reg.from_dirs.append(p.id)
     if plugins:
         for name, loader in plugin_sources():
             try:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .errors import ProblemError
+
 # Ceilings whatever a problem asks for; memory and the box (a tmpfs, so RAM) are also bounded by the host.
 HOST_MEMORY_SHARE = 0.5
 MAX = {"nproc": 4096, "nofile": 65536, "fsize_mb": 16384, "output_mb": 256, "disk_mb": 16384,
@@ -75,8 +77,6 @@ def capped(r: Resources) -> Resources:
 
 def resources_from_dict(data: Any, base: Resources, where: str | Path, field_: str = "resources") -> Resources:
     """A ``[resources]`` table over base. Unknown keys and non-integers are one-line errors."""
-    from .model import ProblemError
-
     if not isinstance(data, dict):
         raise ProblemError(where, field_, "must be a table")
     names = {f.name for f in fields(Resources)}

@@ -12,11 +12,13 @@ TYPE_CHECKING = False  # the sandbox worker imports this module: not even `typin
 if TYPE_CHECKING:
     from typing import Any
 
+from .errors import VevoError
+
 MAX_DEPTH = 200
 MAX_INT_HEX_DIGITS = 1 << 20  # a 4-Mbit int: far above any test value, small enough to decode in milliseconds
 
 
-class ValueCodecError(ValueError):
+class ValueCodecError(VevoError, ValueError):
     pass
 
 

@@ -16,19 +16,12 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from proposer.base import Backend
+from proposer.errors import BackendError
 
 TINY_CHECKPOINT = Path(__file__).resolve().parent / "tiny" / "checkpoint"
-_EXPECTED = "expected tiny, hf:PATH, vllm:PATH, openai:URL or replay:FILE"
-
-
-class BackendError(Exception):
-    """A proposer backend cannot be built or used; str() is one line meant for the user."""
-
-    def __init__(self, msg: str) -> None:
-        super().__init__(" ".join(str(msg).split()))
 
 
 def _optional(module: str, names: tuple[str, ...], spec: str, arg: str, kw: dict[str, Any]) -> Backend:
@@ -45,44 +38,85 @@ def _optional(module: str, names: tuple[str, ...], spec: str, arg: str, kw: dict
     return factory(arg, **kw)
 
 
+def _tiny(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    if not (TINY_CHECKPOINT / "config.json").is_file():
+        raise BackendError(f"proposer 'tiny': no checkpoint at {TINY_CHECKPOINT} (rebuild it with "
+                           f"python -m proposer.tiny.pretrain --out {TINY_CHECKPOINT})")
+    from proposer.hf import HFBackend
+
+    kw.setdefault("name", "tiny")
+    return HFBackend(TINY_CHECKPOINT, **kw)
+
+
+def _hf(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    if not Path(arg).expanduser().is_dir():
+        raise BackendError(f"proposer {spec!r}: model folder {arg} not found")
+    from proposer.hf import HFBackend
+
+    return HFBackend(Path(arg).expanduser(), **kw)
+
+
+def _replay(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    path = Path(arg).expanduser()
+    if not path.is_file():
+        raise BackendError(f"proposer {spec!r}: replay file {arg} not found")
+    from proposer.replay import ReplayBackend
+
+    kw.pop("seed", None)  # replay is deterministic by construction
+    try:
+        return ReplayBackend(path, **kw)
+    except ValueError as exc:
+        raise BackendError(str(exc)) from None
+
+
+def _vllm(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    if not Path(arg).expanduser().exists():
+        raise BackendError(f"proposer {spec!r}: model path {arg} not found")
+    return _optional("proposer.vllm_backend", ("VLLMBackend", "VllmBackend"), spec, str(Path(arg).expanduser()), kw)
+
+
+def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    return _optional("proposer.openai_backend", ("OpenAIBackend", "OpenAICompatibleBackend"), spec, arg, kw)
+
+
+# spec prefix -> factory(arg, spec, kwargs). To add a backend: write a class with generate/close and a
+# ``capabilities`` set (proposer/base.py), a factory like those above, and register it here or with
+# ``register_backend``. "tiny" is the one spec without an argument.
+BACKENDS: dict[str, Callable[[str, str, dict[str, Any]], Backend]] = {
+    "tiny": _tiny, "hf": _hf, "vllm": _vllm, "openai": _openai, "replay": _replay,
+}
+ARGUMENT = {"hf": "PATH", "vllm": "PATH", "openai": "URL", "replay": "FILE"}  # what follows the colon
+NO_ARGUMENT = {"tiny"}
+
+
+def register_backend(prefix: str, factory: Callable[[str, str, dict[str, Any]], Backend],
+                     argument: str | None = "ARG") -> None:
+    """Make ``prefix:ARGUMENT`` (or bare ``prefix`` when ``argument`` is None) a proposer spec."""
+    BACKENDS[prefix] = factory
+    if argument is None:
+        NO_ARGUMENT.add(prefix)
+    else:
+        ARGUMENT[prefix] = argument
+
+
+def spec_kind(spec: str) -> str:
+    """The registry key of a spec: 'tiny' -> 'tiny', 'hf:/m' -> 'hf'."""
+    return spec.strip() if spec.strip() in NO_ARGUMENT else spec.strip().partition(":")[0]
+
+
+def expected_specs() -> str:
+    names = [k if k in NO_ARGUMENT else f"{k}:{ARGUMENT.get(k, 'ARG')}" for k in BACKENDS]
+    return "expected " + ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def make_backend(spec: str, **kw: Any) -> Backend:
-    """Build the backend named by ``spec`` (see module docstring)."""
+    """Build the backend named by ``spec`` (see module docstring) through the BACKENDS registry."""
     if not isinstance(spec, str) or not spec.strip():
-        raise BackendError(f"unknown proposer spec {spec!r}; {_EXPECTED}")
+        raise BackendError(f"unknown proposer spec {spec!r}; {expected_specs()}")
     spec = spec.strip()
+    if spec in NO_ARGUMENT:
+        return BACKENDS[spec]("", spec, kw)
     kind, sep, arg = spec.partition(":")
-    if spec == "tiny":
-        if not (TINY_CHECKPOINT / "config.json").is_file():
-            raise BackendError(f"proposer 'tiny': no checkpoint at {TINY_CHECKPOINT} (rebuild it with "
-                               f"python -m proposer.tiny.pretrain --out {TINY_CHECKPOINT})")
-        from proposer.hf import HFBackend
-
-        kw.setdefault("name", "tiny")
-        return HFBackend(TINY_CHECKPOINT, **kw)
-    if not sep or not arg:
-        raise BackendError(f"unknown proposer spec {spec!r}; {_EXPECTED}")
-    if kind == "hf":
-        if not Path(arg).expanduser().is_dir():
-            raise BackendError(f"proposer {spec!r}: model folder {arg} not found")
-        from proposer.hf import HFBackend
-
-        return HFBackend(Path(arg).expanduser(), **kw)
-    if kind == "replay":
-        path = Path(arg).expanduser()
-        if not path.is_file():
-            raise BackendError(f"proposer {spec!r}: replay file {arg} not found")
-        from proposer.replay import ReplayBackend
-
-        kw.pop("seed", None)  # replay is deterministic by construction
-        try:
-            return ReplayBackend(path, **kw)
-        except ValueError as exc:
-            raise BackendError(str(exc)) from None
-    if kind == "vllm":
-        if not Path(arg).expanduser().exists():
-            raise BackendError(f"proposer {spec!r}: model path {arg} not found")
-        return _optional("proposer.vllm_backend", ("VLLMBackend", "VllmBackend"), spec,
-                         str(Path(arg).expanduser()), kw)
-    if kind == "openai":
-        return _optional("proposer.openai_backend", ("OpenAIBackend", "OpenAICompatibleBackend"), spec, arg, kw)
-    raise BackendError(f"unknown proposer spec {spec!r}; {_EXPECTED}")
+    if not sep or not arg or kind not in BACKENDS or kind in NO_ARGUMENT:
+        raise BackendError(f"unknown proposer spec {spec!r}; {expected_specs()}")
+    return BACKENDS[kind](arg, spec, kw)

@@ -30,11 +30,26 @@ class Completion:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+# What a backend can do beyond generating, declared by the backend class in ``capabilities`` (never guessed
+# from attribute names: an OpenAI backend's ``model`` is a model *name*, not weights to train).
+STATE = "state"            # state() -> dict and load_state(dict): checkpointed with the campaign
+VERSIONED = "versioned"    # set_policy_version(v): completions carry the policy version that made them
+ADAPTERS = "adapters"      # load_adapter(path, version): a LoRA adapter saved by a trainer is served next
+TRAINABLE = "trainable"    # .model: the torch module it samples from, trained in place by the trainer
+
+
+def has(backend: object, capability: str) -> bool:
+    """Whether ``backend`` declares ``capability`` (one of the constants above)."""
+    return capability in getattr(backend, "capabilities", frozenset())
+
+
 class Backend(Protocol):
-    """generate(prompts, n) returns, for each prompt, a list of n completions (one group)."""
+    """generate(prompts, n) returns, for each prompt, a list of n completions (one group). Optional abilities
+    are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE) and implemented as named there."""
 
     name: str
     policy_version: int
+    capabilities: frozenset[str]
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]: ...
 
@@ -45,6 +60,8 @@ class AdapterState:
     """Checkpoint state shared by the backends whose policy is a base model plus an optional LoRA adapter
     (hf, vllm, openai): the policy version, the adapter to reload on resume, and the call counter that seeds
     calls made without an explicit seed."""
+
+    capabilities = frozenset({STATE, VERSIONED, ADAPTERS})
 
     policy_version: int
     adapter_path: str | None

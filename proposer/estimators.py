@@ -242,6 +242,7 @@ def grpo(
     *,
     w_star: Any = None,
     eps: float = EPS,
+    rng: np.random.Generator | None = None,  # unused: deterministic; the registry's common signature
 ) -> tuple[np.ndarray, dict]:
     """GRPO on a multi-answer completion: reward the completion by its best answer under the deployment weight.
 
@@ -266,6 +267,7 @@ def dr_grpo(
     *,
     w_star: Any = None,
     eps: float = EPS,
+    rng: np.random.Generator | None = None,  # unused: deterministic; the registry's common signature
 ) -> tuple[np.ndarray, dict]:
     """Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): the GRPO scalar, mean-centred only.
 
@@ -287,6 +289,7 @@ def gdpo(
     dim_weights: Any = None,
     answer_reduce: str = "max",
     eps: float = EPS,
+    rng: np.random.Generator | None = None,  # unused: deterministic; the registry's common signature
 ) -> tuple[np.ndarray, dict]:
     """GDPO, group reward-decoupled normalisation (arXiv:2601.05242; veRL ``compute_gdpo_outcome_advantage``).
 
@@ -345,6 +348,7 @@ def multi_rlvr(
     *,
     w_star: Any = None,
     eps: float = EPS,
+    rng: np.random.Generator | None = None,  # unused: deterministic; the registry's common signature
 ) -> tuple[np.ndarray, dict]:
     """Multi-answer RLVR: the completion's reward is the sum over its *distinct* answers of their scalar.
 
@@ -387,6 +391,7 @@ def max_at_k(
     k: int | None = None,
     w_star: Any = None,
     eps: float = EPS,
+    rng: np.random.Generator | None = None,  # unused: deterministic; the registry's common signature
 ) -> tuple[np.ndarray, dict]:
     """max@k policy optimisation: credit each completion with its marginal effect on the best-of-k reward.
 
@@ -429,7 +434,11 @@ def max_at_k(
     return adv, diag
 
 
-ESTIMATORS: dict[str, Callable[..., tuple[np.ndarray, dict]]] = {
+# The trainer-algorithm registry: name -> estimator(score_matrices, group_ids, *, rng=None) -> (advantages,
+# diagnostics with "raw_scores"). Config types, CLI choices and docs read it. To add one: write the function
+# above (pure numpy, formula in its docstring) and add it here or call ``register_estimator``.
+Estimator = Callable[..., tuple[np.ndarray, dict]]
+ESTIMATORS: dict[str, Estimator] = {
     "vpo": vpo_advantage,
     "grpo": grpo,
     "dr_grpo": dr_grpo,
@@ -437,3 +446,9 @@ ESTIMATORS: dict[str, Callable[..., tuple[np.ndarray, dict]]] = {
     "multi_rlvr": multi_rlvr,
     "max_at_k": max_at_k,
 }
+
+
+def register_estimator(name: str, fn: Estimator) -> None:
+    if name == "none":
+        raise ValueError("'none' means no training")
+    ESTIMATORS[name] = fn

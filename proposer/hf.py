@@ -49,10 +49,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from proposer.base import AdapterState, Completion, SamplingParams
+from proposer.base import TRAINABLE, AdapterState, Completion, SamplingParams
 from proposer.templating import encode_prompt, resolve_chat
 from proposer.training import tempered_logprobs
-from proposer.backends import BackendError
+from proposer.errors import BackendError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
@@ -82,6 +82,8 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 class HFBackend(AdapterState):
     """Backend protocol over a local transformers causal LM (CPU or GPU, optional PEFT adapter)."""
+
+    capabilities = AdapterState.capabilities | {TRAINABLE}
 
     _state_has_calls = False
 

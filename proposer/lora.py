@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from problems.errors import VevoError
+
 # attention + MLP projections per architecture (vLLM can serve LoRA on all of these)
 _LLAMA_LIKE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ARCH_TARGETS: dict[str, tuple[str, ...]] = {
@@ -26,7 +28,7 @@ ARCH_TARGETS: dict[str, tuple[str, ...]] = {
 _NEVER = ("lm_head", "embed_out", "wte", "wpe", "embed_tokens", "score")
 
 
-class LoraError(ValueError):
+class LoraError(VevoError, ValueError):
     """One-line error: LoRA cannot be put on this model as asked."""
 
 

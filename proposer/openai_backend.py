@@ -50,13 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from proposer.base import AdapterState, Completion, SamplingParams
-
-try:  # the shared error type; a compatible fallback keeps this module importable on its own
-    from proposer.backends import BackendError
-except ImportError:  # pragma: no cover
-    class BackendError(Exception):  # type: ignore[no-redef]
-        def __init__(self, msg: str) -> None:
-            super().__init__(" ".join(str(msg).split()))
+from proposer.errors import BackendError
 
 RETRY_STATUS = frozenset({408, 409, 429})  # and every 5xx
 VLLM_EXTRAS = ("return_token_ids", "return_tokens_as_token_ids")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from problems.evolve_block import END, START, evolve_block
 from proposer.parsing import fence_code, format_answers
 
 PASS = 1.0 - 1e-9  # a test passes when its score is (numerically) 1
@@ -81,9 +82,6 @@ class _Part:
 
 
 def _editable(code: str) -> tuple[str, bool]:
-    # Imported here, not at module level: evolve/ imports proposer/, never the other way round at import time.
-    from evolve.mutate import evolve_block
-
     block = evolve_block(code)
     return (code, False) if block is None else (block.rstrip("\n"), True)
 
@@ -159,7 +157,7 @@ def _parts(ctx: PromptContext, max_failing: int, style: str) -> list[_Part]:
     if chat:
         task = f"## Task: {ctx.problem_id}\n"
         program = "\n## Current program\n" + (
-            "Only the region between EVOLVE-BLOCK-START and EVOLVE-BLOCK-END is shown; it is the only part you may "
+            f"Only the region between {START} and {END} is shown; it is the only part you may "
             "change.\n" if in_block else "The whole program is shown.\n")
         tests = f"\n## Test results\nIt passes {passed} of {n} tests." + (" Failing tests:\n" if fails else "\n")
         stderr = "\n## Error output (last lines)\n"

@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from proposer.base import Completion, SamplingParams
+from proposer.base import STATE, VERSIONED, Completion, SamplingParams
 
 
 def _load(path: str) -> list[tuple[int, str]]:
@@ -37,6 +37,8 @@ def _load(path: str) -> list[tuple[int, str]]:
 
 class ReplayBackend:
     """Backend protocol over a JSONL file of completions; sampling parameters are ignored."""
+
+    capabilities = frozenset({STATE, VERSIONED})
 
     def __init__(self, path: str | os.PathLike[str], policy_version: int = 0) -> None:
         self.path = os.fspath(path)

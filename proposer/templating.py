@@ -16,7 +16,7 @@ def has_chat_template(tokenizer) -> bool:
 def resolve_chat(chat: bool | str, tokenizer, who: str) -> bool:
     """The ``chat: auto | true | false`` setting as a bool: auto = the tokenizer has a chat template; true
     without a template is a one-line error (the prompt would silently go out plain)."""
-    from proposer.backends import BackendError
+    from proposer.errors import BackendError
 
     if chat == "auto" or chat is None:
         return has_chat_template(tokenizer)

@@ -50,13 +50,7 @@ from typing import Any
 
 from proposer.base import AdapterState, Completion, SamplingParams
 from proposer.templating import encode_prompt, resolve_chat
-
-try:
-    from proposer.backends import BackendError
-except ImportError:  # pragma: no cover
-    class BackendError(Exception):  # type: ignore[no-redef]
-        def __init__(self, msg: str) -> None:
-            super().__init__(" ".join(str(msg).split()))
+from proposer.errors import BackendError
 
 
 

@@ -117,7 +117,7 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
 def test_every_training_knob_reaches_the_trainer():
     from evolve.config import ConfigError, load_config
     from evolve.runner import backend_kwargs
-    from proposer.campaign_training import training_config
+    from evolve.campaign_training import training_config
 
     cfg = load_config(None, {"train": "vpo", "train_clip_eps": 0.1, "train_kl_beta": 0.0, "train_micro_batch": 2,
                              "train_minibatch": 4, "train_max_seq_len": 512, "train_grad_checkpointing": True,

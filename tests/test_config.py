@@ -14,9 +14,10 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> Path:
 def test_defaults():
     cfg = CampaignConfig()
     assert (cfg.problems, cfg.suite, cfg.proposer, cfg.iterations, cfg.islands) == ([], None, "tiny", 50, 2)
-    assert (cfg.answers, cfg.group, cfg.selection, cfg.pipeline_depth, cfg.train) == (4, 2, "lexicase", 1, "none")
-    assert cfg.lexicase_epsilon is None and cfg.eval_timeout is None and cfg.retire_solved is True
-    assert cfg.train_lr == 1e-3 and cfg.migration_every == 10  # docs/TRAINING.md
+    assert (cfg.answers, cfg.group, cfg.selection.method, cfg.pipeline_depth, cfg.train.algo) == \
+        (4, 2, "lexicase", 1, "none")
+    assert cfg.selection.lexicase_epsilon is None and cfg.sandbox.eval_timeout is None and cfg.retire_solved is True
+    assert cfg.train.lr == 1e-3 and cfg.selection.migration_every == 10  # docs/TRAINING.md
 
 
 def test_load_yaml_and_overrides(tmp_path):
@@ -26,8 +27,20 @@ def test_load_yaml_and_overrides(tmp_path):
     assert cfg.iterations == 3  # override wins
     assert cfg.islands == 2  # None override ignored
     assert cfg.seed == 11
-    assert cfg.train_lr == pytest.approx(1e-4)  # PyYAML reads "1e-4" as a string; it still validates
-    assert cfg.selection == "niches"
+    assert cfg.train.lr == pytest.approx(1e-4)  # PyYAML reads "1e-4" as a string; it still validates
+    assert cfg.selection.method == "niches"  # the flat keys of earlier versions still mean their section key
+
+
+def test_sections_flat_keys_and_conflicts(tmp_path):
+    p = write(tmp_path, "train:\n  algo: vpo\n  lr: 0.01\nsampling: {temperature: 0.5}\nselection: {method: tournament}\n")
+    cfg = load_config(p, {"train_every": 3, "temperature": 0.7})  # flat overrides merge into the YAML's sections
+    assert (cfg.train.algo, cfg.train.lr, cfg.train.every) == ("vpo", 0.01, 3)
+    assert cfg.sampling.temperature == 0.7 and cfg.selection.method == "tournament"
+    assert CampaignConfig(train="grpo", workers=3).sandbox.workers == 3
+    with pytest.raises(ConfigError, match="'train_lr' is also given as 'train.lr'"):
+        load_config(write(tmp_path, "train: {lr: 0.1}\ntrain_lr: 0.2\n", "both.yaml"), {})
+    with pytest.raises(ConfigError, match="unknown key 'train.lrr'.*did you mean 'train.lr'"):
+        load_config(write(tmp_path, "train: {lrr: 0.1}\n", "typo.yaml"), {})
 
 
 def test_empty_file_and_no_file(tmp_path):
@@ -55,10 +68,11 @@ def test_unknown_override_key_is_an_error():
     ("iterations: -1\n", "iterations"),
     ("answers: 0\n", "answers"),
     ("pipeline_depth: 2\n", "pipeline_depth"),
-    ("selection: roulette\n", "selection"),
-    ("train: ppo\n", "train"),
-    ("answer_mode: patch\n", "answer_mode"),
-    ("top_p: 1.5\n", "top_p"),
+    ("selection: roulette\n", "selection.method"),
+    ("train: ppo\n", "train.algo"),
+    ("answer_mode: patch\n", "sampling.answer_mode"),
+    ("top_p: 1.5\n", "sampling.top_p"),
+    ("sandbox: {workers: 0}\n", "sandbox.workers"),
     ("islands: two\n", "islands"),
     ("iterations: 2.5\n", "iterations"),
     ("problems: {a: 1}\n", "problems"),
@@ -100,11 +114,11 @@ def test_yaml_errors_are_config_errors(tmp_path):
 def test_cross_field_validation():
     with pytest.raises(ConfigError, match="'problems': listed more than once: a"):
         load_config(None, {"problems": ["a", "b", "a"]})
-    with pytest.raises(ConfigError, match="'migration_count'"):
+    with pytest.raises(ConfigError, match="'selection.migration_count'"):
         load_config(None, {"migration_count": 5, "island_capacity": 3})
     with pytest.raises(ConfigError, match="'group'"):
         load_config(None, {"train": "vpo", "group": 1})
-    assert load_config(None, {"train": "vpo", "group": 2}).train == "vpo"
+    assert load_config(None, {"train": "vpo", "group": 2}).train.algo == "vpo"
 
 
 def test_require_problems(tmp_path):
@@ -133,3 +147,10 @@ def test_yaml_round_trip(tmp_path):
     assert again.model_dump() == cfg.model_dump()
     assert load_config(write(tmp_path, config_to_yaml(CampaignConfig()), "d.yaml"), {}) == CampaignConfig()
     assert again != CampaignConfig()
+
+
+def test_assignment_keeps_sections():
+    cfg = load_config(None, {"train": "vpo", "train_lr": 0.01, "selection": "niches"})
+    cfg.suite = "pbe"  # validate_assignment re-runs the validators with the sections as models
+    assert (cfg.train.algo, cfg.train.lr, cfg.selection.method, cfg.suite) == ("vpo", 0.01, "niches", "pbe")
+    assert cfg.model_copy(update={"seed": 3}).train.lr == 0.01

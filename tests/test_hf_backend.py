@@ -220,7 +220,7 @@ def test_seedless_sampling_uses_backend_seed(model_dir):
 
 @pytest.mark.skipif(not (TINY_CHECKPOINT / "model.safetensors").is_file(), reason="tiny checkpoint not built")
 def test_bundled_tiny_checkpoint_answers_parse():
-    from evolve.mutate import apply_answer
+    from proposer.mutate import apply_answer
     from proposer.parsing import parse_answers
     from proposer.tiny.quality import pbe_items
 

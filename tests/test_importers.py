@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from problems.check import check_many, check_problem
-from problems.importers import SOURCES, import_problems
+from problems.importers import IMPORTERS, import_problems
 from problems.importers.apps import decode_mapcoder_args, import_apps
-from problems.importers.common import EVOLVE_END, EVOLVE_START, WRAPPER, NotLiteral, convert_assert, literal
+from problems.evolve_block import END_LINE as EVOLVE_END, START_LINE as EVOLVE_START
+from problems.importers.common import WRAPPER, NotLiteral, convert_assert, literal
 from problems.importers.evalplus import import_evalplus, mbpp_deserialize_inputs, reference_outputs, spread
 from problems.importers.humaneval import import_humaneval
 from problems.importers.mbpp import import_mbpp
@@ -348,9 +349,11 @@ def test_other_malformed_inputs(tmp_path, pool):
         import_humaneval(_write(tmp_path / "HumanEval.jsonl.gz", ["not gzip"]))
     with pytest.raises(ProblemError, match="no such file"):
         import_problems("mbpp", tmp_path / "missing.jsonl")
-    with pytest.raises(ValueError, match="unknown source"):
+    with pytest.raises(ProblemError, match="unknown source 'nope'"):
+        import_problems("nope", tmp_path)
+    with pytest.raises(ProblemError, match="no OpenEvolve folders"):
         import_problems("openevolve", tmp_path)
-    assert SOURCES == ("mbpp", "humaneval", "evalplus", "apps")
+    assert list(IMPORTERS) == ["mbpp", "humaneval", "evalplus", "apps", "openevolve"]
 
 
 def test_synthetic_rows_other_paths(tmp_path, pool):
@@ -388,8 +391,8 @@ def test_evalplus_drops_raising_inputs_and_skips_broken_references(tmp_path, poo
     assert report["mbppplus/1"]["dropped"] == {"error": 2} and p.meta["dropped_inputs"] == 2
     assert p.meta["base_inputs"] == 1 and p.meta["plus_inputs"] == 2 and p.description == "Double it."
     assert_healthy(probs, pool)
-    own = import_problems("evalplus", tmp_path / "MbppPlus.jsonl")  # no pool given: the importer makes one
-    assert [(p.id, p.n_tests) for p in own] == [("mbppplus/1", 3)]
+    with pytest.raises(ProblemError, match="needs a sandbox"):  # problems/ cannot build one: the caller gives it
+        import_problems("evalplus", tmp_path / "MbppPlus.jsonl")
     shape = {**good, "task_id": "Mbpp/2"}  # EvalPlus turns Mbpp/2's arguments into tuples: ints do not fit
     with pytest.raises(ProblemError, match=r"line 1 \(Mbpp/2\).*argument shapes"):
         import_evalplus(_write(tmp_path / "shape.jsonl", [json.dumps(shape)]), pool=pool)

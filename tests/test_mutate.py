@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.mutate import MutationError, apply_answer, evolve_block, normalized_hash
+from problems.evolve_block import evolve_block
+from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import Answer, format_diff, parse_answers
 
 PARENT = """import math

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.mutate import apply_answer, evolve_block, normalized_hash
+from problems.evolve_block import evolve_block
+from proposer.mutate import apply_answer, normalized_hash
 from problems.suites import pbe
 from proposer.parsing import parse_answers
 from proposer.tiny import corpus as C

@@ -22,7 +22,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from problems.suites import SUITES
     from proposer.backends import make_backend
     from proposer.base import SamplingParams
-    from proposer.campaign_training import training_config
+    from evolve.campaign_training import training_config
     from proposer.estimators import vpo_advantage
     from proposer.lora import wrap_lora
     from proposer.training import PolicyTrainer, TrainSample, completion_logprobs
@@ -30,9 +30,9 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     cfg = CampaignConfig(train="vpo")
     torch.manual_seed(0)
     backend = make_backend("tiny")
-    model = wrap_lora(backend.model, cfg.train_lora_rank, cfg.train_lora_alpha) if cfg.train_lora else backend.model
+    model = wrap_lora(backend.model, cfg.train.lora_rank, cfg.train.lora_alpha) if cfg.train.lora else backend.model
     backend.model = model
-    sp = SamplingParams(temperature=cfg.temperature, max_tokens=200, seed=7)
+    sp = SamplingParams(temperature=cfg.sampling.temperature, max_tokens=200, seed=7)
     held = SUITES["pbe-hard-heldout"]()[:4]
     held_seeds = pool.evaluate_many([(p, p.seed_code) for p in held])
     probes = [c for g in backend.generate([seed_prompt(p, s, cfg.answers) for p, s in zip(held, held_seeds)], 2, sp)
@@ -42,7 +42,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
         before, mask = completion_logprobs(model, *args)
 
     # one step as a campaign takes it: train_batch groups of G completions of m answers, VPO advantages
-    train = SUITES["pbe-hard-train"]()[: cfg.train_batch]
+    train = SUITES["pbe-hard-train"]()[: cfg.train.batch]
     seeds = pool.evaluate_many([(p, p.seed_code) for p in train])
     groups = backend.generate([seed_prompt(p, s, cfg.answers) for p, s in zip(train, seeds)], cfg.group, sp)
     mats, gids, comps = [], [], []
@@ -53,7 +53,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
         comps += g
     adv, _ = vpo_advantage(mats, gids, rng=np.random.default_rng(0))
     assert np.abs(adv).sum() > 0, "no learning signal in the sampled groups"
-    trainer = PolicyTrainer(model, training_config(cfg), ref_model=None if cfg.train_lora else
+    trainer = PolicyTrainer(model, training_config(cfg), ref_model=None if cfg.train.lora else
                             PolicyTrainer.frozen_copy(model))
     stats = trainer.step([TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)])
     with torch.no_grad():

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from problems.model import AssertCase, CallCase, ProblemError, TestCase
-
-EVOLVE_START = "# EVOLVE-BLOCK-START"
-EVOLVE_END = "# EVOLVE-BLOCK-END"
+from problems.errors import ProblemError
+from problems.evolve_block import wrap_block
+from problems.model import AssertCase, CallCase, TestCase
 
 
 # ---------------------------------------------------------------- reading
@@ -265,7 +264,7 @@ def apply_tolerances(convs: Iterable[Converted], default: float = 1e-6) -> float
 # ---------------------------------------------------------------- seeds
 
 def evolve_block(body: str) -> str:
-    return f"{EVOLVE_START}\n{body.rstrip()}\n{EVOLVE_END}\n"
+    return wrap_block(body)
 
 
 def stub_from_def(fn: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, name: str) -> str:

@@ -50,11 +50,12 @@ MBPP_OUTPUT_SET_EQ_TASKS = ("similar_elements", "find_char_long", "common_in_nes
 DEFAULT_FILES = ("HumanEvalPlus.jsonl.gz", "MbppPlus.jsonl.gz")
 
 
-def import_evalplus(path: str | Path, pool=None, max_plus: int = DEFAULT_MAX_PLUS, workers: int = 2,
+def import_evalplus(path: str | Path, pool=None, max_plus: int = DEFAULT_MAX_PLUS,
                     report: dict | None = None) -> list[Problem]:
     """path: one EvalPlus ``*.jsonl[.gz]`` file (HumanEval+ or MBPP+ main or -NoExtreme/-Mini format),
-    or a folder, meaning both ``HumanEvalPlus.jsonl.gz`` and ``MbppPlus.jsonl.gz``. pool: a SandboxPool
-    to compute expected outputs with (one with ``workers`` workers is made and closed when None).
+    or a folder, meaning both ``HumanEvalPlus.jsonl.gz`` and ``MbppPlus.jsonl.gz``. pool: the sandbox to
+    compute expected outputs with (anything with ``run_problem_raw(problem, code, time_limit)``, e.g.
+    ``evaluators.pool.SandboxPool``; given by the caller, since problems/ sits below evaluators/).
     report: filled with per-problem counts of inputs kept and dropped. A problem whose canonical solution
     gives no usable output on any input is left out (``report[id]['skipped']``)."""
     path = Path(path)
@@ -75,16 +76,10 @@ def import_evalplus(path: str | Path, pool=None, max_plus: int = DEFAULT_MAX_PLU
         if spec["id"] in seen:
             raise ProblemError(spec["file"], spec["where"], f"duplicate task_id ({spec['id']})")
         seen.add(spec["id"])
-    own = pool is None
-    if own:
-        from evaluators.pool import SandboxPool
-
-        pool = SandboxPool(workers=workers)
-    try:
-        return _build_all(specs, pool, report)
-    finally:
-        if own:
-            pool.close()
+    if pool is None:
+        raise ProblemError(path, "", "EvalPlus stores no expected outputs: importing it needs a sandbox to run the "
+                           "canonical solutions (pass pool=, as `vevo problems import evalplus` does)")
+    return _build_all(specs, pool, report)
 
 
 def _build_all(specs: list[dict], pool, report: dict | None) -> list[Problem]:
@@ -221,8 +216,6 @@ def reference_outputs(pool, code: str, entry: str, inputs: list[tuple], setup: s
     input, status 'ok' (value: the decoded result), 'error' (value: the message), 'timeout', 'crash' or
     'unserialisable'; and the summed wall time of the runs. An input that hangs or kills the process
     is marked and the run resumes after it."""
-    from evaluators.scoring import build_job
-
     results: list[tuple[str, Any] | None] = [None] * len(inputs)
     wall = 0.0
     timeouts = 0
@@ -233,14 +226,13 @@ def reference_outputs(pool, code: str, entry: str, inputs: list[tuple], setup: s
                        memory_limit_mb=memory_mb,
                        tests=[CallCase(args=inputs[i], expected=None) for i in chunk])
         try:
-            job = build_job(prob, code, time_limit)
+            raw = pool.run_problem_raw(prob, code, time_limit)
         except values.ValueCodecError as e:
             # an input that cannot be encoded: find it, drop it, carry on
             bad = next(j for j in chunk if not _encodes(inputs[j]))
             results[bad] = ("unserialisable", f"input: {e}")
             start = bad + 1 if bad == start else start
             continue
-        raw = pool.run_raw(job)
         wall += float(raw.get("wall") or 0.0)
         got = 0
         load_err = None

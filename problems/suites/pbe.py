@@ -52,6 +52,7 @@ from itertools import combinations
 from typing import Any, Callable
 
 from .. import values
+from ..evolve_block import wrap_block
 from ..model import CallCase, Problem
 
 DEFAULT_SEED = 7
@@ -66,8 +67,6 @@ FAMILIES = ("int", "list", "reduce")
 SPLITS = ("train", "heldout")
 MAX_ABS = 5000             # keep outputs readable
 MIN_DIFF = 0.15            # every sub-composition must differ from the target on >= 15% of the input pool
-BLOCK_START = "# EVOLVE-BLOCK-START"
-BLOCK_END = "# EVOLVE-BLOCK-END"
 
 # ---------------------------------------------------------------------------------------------- primitives
 
@@ -356,10 +355,6 @@ def render(family: str, steps: list[Step]) -> str:
         lines.append("    " + s.line(v))
     lines.append(f"    return {v}")
     return "\n".join(lines) + "\n"
-
-
-def wrap_block(src: str) -> str:
-    return f"{BLOCK_START}\n{src.rstrip()}\n{BLOCK_END}\n"
 
 
 def describe(family: str, steps: list[Step]) -> str:

@@ -25,6 +25,7 @@ import random
 from pathlib import Path
 from typing import Any, Callable
 
+from ..evolve_block import wrap_block
 from ..model import PointsCase, Problem
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ N_POINTS = 40
 N_BUCKETS = 8
 RTOL = 1e-2
 ATOL = 1e-3
-BLOCK_START = "# EVOLVE-BLOCK-START"
-BLOCK_END = "# EVOLVE-BLOCK-END"
 
 # name: (number of variables, Python expression over x1..xn (math names bare), ranges per variable (lo, hi))
 # Facts from the papers (Uy et al. 2011 for Nguyen; Koza 1992; Keijzer 2003), as listed by McDermott et al. 2012.
@@ -126,7 +125,7 @@ def _reference(py_expr: str, n: int) -> str:
 
 
 def _seed(n: int) -> str:
-    return f"import math\n\n{BLOCK_START}\ndef f({', '.join(arg_names(n))}):\n    return 0.0\n{BLOCK_END}\n"
+    return wrap_block(f"def f({', '.join(arg_names(n))}):\n    return 0.0", before="import math\n\n")
 
 
 def _compile(py_expr: str, n: int) -> Callable:

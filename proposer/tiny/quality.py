@@ -114,7 +114,7 @@ def pbe_items(split: str, n: int | None = None, m: int = 4) -> list[dict[str, An
 def measure(backend, items: list[dict[str, Any]], n: int = 4, temperature: float = 1.0, max_tokens: int = 384,
             seed: int = 0, batch_prompts: int = 8) -> dict[str, Any]:
     """Generate n completions per item and score every answer slot (see module docstring)."""
-    from evolve.mutate import MutationError, apply_answer, normalized_hash
+    from proposer.mutate import MutationError, apply_answer, normalized_hash
     from proposer.base import SamplingParams
     from proposer.parsing import parse_answers
 

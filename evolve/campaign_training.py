@@ -1,6 +1,6 @@
 """Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
 of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/replay_buffer.py``)
-→ rewards shaped by ``train_reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
+→ rewards shaped by ``train.reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
 PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
 under the run dir).
 
@@ -19,23 +19,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .estimators import ESTIMATORS
-from .replay_buffer import choose_groups, staleness
-from .rewards import comparable_reward, reward_diversity, shape_rewards
-from .training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.errors import TrainingError
+from proposer.estimators import ESTIMATORS
+from proposer.replay_buffer import choose_groups, staleness
+from proposer.rewards import comparable_reward, reward_diversity, shape_rewards
+from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+
+from .archive import Archive, GroupRow
+from .config import CampaignConfig
+
+if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
+    from .campaign import Campaign
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
 
 
-class TrainingError(Exception):
-    """One-line error: training asked of a backend that cannot train."""
-
-
-def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
+def score_matrices(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
     """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion."""
     mats, gids, comps = [], [], []
     for g in groups:
@@ -50,52 +54,52 @@ def score_matrices(groups) -> tuple[list[np.ndarray], list[int], list]:
     return mats, gids, comps
 
 
-def training_config(cfg) -> TrainConfig:
+def training_config(cfg: CampaignConfig) -> TrainConfig:
     """The ``train_*`` keys (and the sampling temperature / top-p) of a run config as a TrainConfig."""
-    return TrainConfig(lr=cfg.train_lr, epochs=cfg.train_epochs, clip_eps=cfg.train_clip_eps,
-                       kl_beta=cfg.train_kl_beta, max_grad_norm=cfg.train_max_grad_norm,
-                       weight_decay=cfg.train_weight_decay, is_cap=cfg.train_is_cap,
-                       minibatch=cfg.train_minibatch or min(8, cfg.train_batch * cfg.group),
-                       micro_batch=cfg.train_micro_batch, max_seq_len=cfg.train_max_seq_len,
-                       gradient_checkpointing=cfg.train_grad_checkpointing,
-                       bf16_autocast_on_gpu=cfg.train_autocast == "bf16",
-                       temperature=cfg.temperature, top_p=cfg.top_p)
+    return TrainConfig(lr=cfg.train.lr, epochs=cfg.train.epochs, clip_eps=cfg.train.clip_eps,
+                       kl_beta=cfg.train.kl_beta, max_grad_norm=cfg.train.max_grad_norm,
+                       weight_decay=cfg.train.weight_decay, is_cap=cfg.train.is_cap,
+                       minibatch=cfg.train.minibatch or min(8, cfg.train.batch * cfg.group),
+                       micro_batch=cfg.train.micro_batch, max_seq_len=cfg.train.max_seq_len,
+                       gradient_checkpointing=cfg.train.grad_checkpointing,
+                       bf16_autocast_on_gpu=cfg.train.autocast == "bf16",
+                       temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)
 
 
 class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
-    def __init__(self, cfg, run_dir: str | Path, backend):
-        self.cfg, self.backend, self.algo = cfg, backend, cfg.train
+    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend):
+        self.cfg, self.backend, self.algo = cfg, backend, cfg.train.algo
         self.dir = Path(run_dir) / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
         # hf: the backend's own model is trained in place. vllm: a transformers copy of the same weights is
         # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
         self.learner = backend
-        if not hasattr(backend, "model"):
-            if not (hasattr(backend, "load_adapter") and getattr(backend, "path", None) and cfg.train_lora):
-                raise TrainingError(f"--train {cfg.train} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
+        if not has(backend, TRAINABLE):
+            if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
+                raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
                                     f"not {getattr(backend, 'name', type(backend).__name__)}")
-            from .hf import HFBackend
+            from proposer.hf import HFBackend
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
                                      dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
         model = self.learner.model
-        if cfg.train_lora:
+        if cfg.train.lora:
             from peft import PeftModel
 
-            from .lora import LoraError, wrap_lora
+            from proposer.lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
                 try:
-                    model = wrap_lora(model, cfg.train_lora_rank, cfg.train_lora_alpha, cfg.train_lora_targets)
+                    model = wrap_lora(model, cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.lora_targets)
                 except LoraError as e:
                     raise TrainingError(str(e)) from None
                 self.learner.model = model
         # the full-fine-tuning reference is copied before PolicyTrainer makes the trainable weights fp32,
         # so it stays in the loading dtype (half the memory in bf16)
         self.trainer = PolicyTrainer(model, training_config(cfg),
-                                     ref_model=None if cfg.train_lora else PolicyTrainer.frozen_copy(model))
+                                     ref_model=None if cfg.train.lora else PolicyTrainer.frozen_copy(model))
         self.version = 0
         self.last_iteration = -1
         self._load()
@@ -141,7 +145,7 @@ class CampaignTrainer:
         torch.save(trainable, tmp / "weights.pt")
         torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
         (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
-        if self.cfg.train_lora:
+        if self.cfg.train.lora:
             self.trainer.save_adapter(tmp / "adapter")
         shutil.rmtree(self.dir / snap, ignore_errors=True)
         tmp.rename(self.dir / snap)
@@ -165,7 +169,7 @@ class CampaignTrainer:
                 shutil.rmtree(p, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
-    def on_restore(self, camp) -> None:
+    def on_restore(self, camp: "Campaign") -> None:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
         a step due at the checkpoint's iteration that never finished is done now."""
         if (self.dir / "state.json").is_file():
@@ -176,22 +180,22 @@ class CampaignTrainer:
                 camp.archive.record_training(self.last_iteration, self.version,
                                              json.loads((snap / "stats.json").read_text()))
         t = camp.iteration
-        if t > 0 and t % self.cfg.train_every == 0 and self.last_iteration < t:
+        if t > 0 and t % self.cfg.train.every == 0 and self.last_iteration < t:
             self.train(camp, t)
 
-    def __call__(self, camp, iteration: int) -> None:
-        if iteration > 0 and iteration % self.cfg.train_every == 0 and iteration > self.last_iteration:
+    def __call__(self, camp: "Campaign", iteration: int) -> None:
+        if iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration:
             self.train(camp, iteration)
 
-    def _groups(self, archive, iteration: int) -> list:
+    def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
         """The replay buffer's pick (recent groups plus a seeded mix of older ones), complete groups only."""
         rng = np.random.default_rng([self.cfg.seed, iteration, 1])
-        ids = choose_groups(archive.group_ids(), self.cfg.train_batch, self.cfg.train_replay_older, rng)
+        ids = choose_groups(archive.group_ids(), self.cfg.train.batch, self.cfg.train.replay_older, rng)
         return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
 
-    def _shaped(self, archive, groups, mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
+    def _shaped(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
         """train_reward applied to each completion's matrix (see proposer/rewards.py)."""
-        mode = self.cfg.train_reward
+        mode = self.cfg.train.reward
         if mode == "vector":
             return mats
         novel = archive.new_answers([c.id for c in comps]) if mode == "novel" else {}
@@ -204,7 +208,7 @@ class CampaignTrainer:
             out.append(shape_rewards(m, mode, novel=mask, parent=parents.get(parent_of[c.id])))
         return out
 
-    def train(self, camp, iteration: int) -> dict[str, Any] | None:
+    def train(self, camp: "Campaign", iteration: int) -> dict[str, Any] | None:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
@@ -213,7 +217,7 @@ class CampaignTrainer:
         rng = np.random.default_rng([self.cfg.seed, iteration])
         est = ESTIMATORS[self.algo]
         try:
-            adv, diag = est(mats, gids, rng=rng) if self.algo == "vpo" else est(mats, gids)
+            adv, diag = est(mats, gids, rng=rng)
         except ValueError as e:  # bad training input never stops the campaign
             camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
             self.last_iteration = iteration
@@ -222,7 +226,7 @@ class CampaignTrainer:
                                behaviour_logprobs=c.logprobs, advantage=float(a))
                    for c, a in zip(comps, adv) if c.prompt_token_ids]
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
-                                 "samples": len(samples), "algo": self.algo, "train_reward": self.cfg.train_reward}
+                                 "samples": len(samples), "algo": self.algo, "train_reward": self.cfg.train.reward}
         raw = diag.get("raw_scores") if isinstance(diag, dict) else None
         stats["algo_reward"] = float(np.mean(raw)) if raw is not None and len(raw) else 0.0  # the estimator's own
         stats.update(comparable_reward(raw_mats))  # mean_set_reward, mean_best_answer: same for every algo

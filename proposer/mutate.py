@@ -1,8 +1,7 @@
 """Turning a parsed answer into a child program, and the dedupe key for candidates.
 
-The EVOLVE-BLOCK (OpenEvolve style) is the region between the comment lines ``# EVOLVE-BLOCK-START`` and
-``# EVOLVE-BLOCK-END``; everything outside it (harness, imports the evaluator relies on) is fixed. A parent has
-either no markers (the whole file is editable) or exactly one well-formed pair; anything else is malformed.
+The EVOLVE-BLOCK markers are defined in ``problems/evolve_block.py``. A parent has either no markers (the whole
+file is editable) or exactly one well-formed pair; anything else is malformed.
 
 Rules for ``apply_answer`` (all failures are a one-line ``MutationError``):
 
@@ -23,11 +22,9 @@ import functools
 import hashlib
 import textwrap
 
-from proposer.parsing import Answer
+from problems.evolve_block import END, START, MarkerError, is_marker, markers, split_lines
 
-START = "EVOLVE-BLOCK-START"
-END = "EVOLVE-BLOCK-END"
-
+from .parsing import Answer
 
 class MutationError(ValueError):
     """An answer could not be applied; the message is one line (it goes into artifacts and logs)."""
@@ -36,41 +33,14 @@ class MutationError(ValueError):
         super().__init__(" ".join(str(msg).split())[:300])
 
 
-def _is_marker(line: str, word: str) -> bool:
-    if word not in line:  # the common case, and cheap
-        return False
-    s = line.strip()
-    return s.startswith("#") and s.lstrip("#").strip().startswith(word)
-
-
 def _markers(lines: list[str]) -> tuple[int, int] | None:
-    """(start, end) line indices of the one well-formed marker pair, None without markers; MutationError
-    when malformed (a lone marker, several, or END before START)."""
-    starts = [i for i, ln in enumerate(lines) if _is_marker(ln, START)]
-    ends = [i for i, ln in enumerate(lines) if _is_marker(ln, END)]
-    if not starts and not ends:
-        return None
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
-        raise MutationError(f"malformed EVOLVE-BLOCK markers ({len(starts)} START, {len(ends)} END)")
-    return starts[0], ends[0]
-
-
-def _lines(code: str) -> list[str]:
-    return code.replace("\r\n", "\n").split("\n")
-
-
-def evolve_block(code: str) -> str | None:
-    """The editable region (text between the marker lines, exclusive), or None when there is no well-formed
-    marker pair."""
-    lines = _lines(code)
     try:
-        pair = _markers(lines)
-    except MutationError:
-        return None
-    if pair is None:
-        return None
-    inner = lines[pair[0] + 1 : pair[1]]
-    return "\n".join(inner) + "\n" if inner else ""
+        return markers(lines)
+    except MarkerError as e:
+        raise MutationError(str(e)) from None
+
+
+_lines = split_lines
 
 
 def _indent_of(line: str) -> str:
@@ -140,8 +110,8 @@ def _apply_block(lines: list[str], bounds: tuple[int, int] | None, k: int, searc
     repl = _lines(replace) if replace.strip() else []
     outside = False
     for search_lines, key in ((exact, lambda s: s), (tolerant, str.strip)):
-        lead = int(bool(bounds) and bool(repl) and _is_marker(search_lines[0], START) and key(search_lines[0]) == key(repl[0]))
-        trail = int(bool(bounds) and len(repl) > lead and _is_marker(search_lines[-1], END) and key(search_lines[-1]) == key(repl[-1]))
+        lead = int(bool(bounds) and bool(repl) and is_marker(search_lines[0], START) and key(search_lines[0]) == key(repl[0]))
+        trail = int(bool(bounds) and len(repl) > lead and is_marker(search_lines[-1], END) and key(search_lines[-1]) == key(repl[-1]))
         n = len(search_lines)
 
         def admissible(i: int) -> bool:

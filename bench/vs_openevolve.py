@@ -212,7 +212,11 @@ def main() -> int:
     ap.add_argument("--evaluations", type=int, default=48)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default="runs/vs_openevolve")
+    ap.add_argument("--table", metavar="RESULTS_JSON", help="only print the table of an earlier run")
     args = ap.parse_args()
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
@@ -232,22 +236,32 @@ def main() -> int:
         finally:
             server.shutdown()
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    print("\n| system | problems x seeds | solved | evaluations | solved / 1k evals | mean best (open-ended) |")
-    print("|---|---|---|---|---|---|")
-    per = {}
+    print(table(results))
+    return 0
+
+
+def table(results: list[dict]) -> str:
+    """Markdown summary: solved and solved per 1,000 evaluations on problems with a target, mean best score
+    on those and on the open-ended ones, and the vevo / OpenEvolve ratios."""
+    lines = ["| system | runs with a target | solved | evaluations | solved / 1k evals | mean best (target) | "
+             "runs open-ended | mean best (open-ended) | seconds |", "|---|---|---|---|---|---|---|---|---|"]
+    per: dict[str, tuple[float, float]] = {}
     for system in ("vevo", "openevolve"):
         rs = [r for r in results if r["system"] == system]
         tg = [r for r in rs if r["target"]]
+        oe = [r["best"] for r in rs if not r["target"]]
         solved = sum(1 for r in tg if r["solved_at"] is not None)
         evals = sum(r["evaluations"] for r in tg)
         rate = 1000 * solved / evals if evals else 0.0
-        per[system] = rate
-        oe = [r["best"] for r in rs if not r["target"]]
-        print(f"| {system} | {len(tg)} | {solved} | {evals} | {rate:.2f} | "
-              f"{(sum(oe) / len(oe)) if oe else float('nan'):.4f} |")
-    ratio = per["vevo"] / per["openevolve"] if per["openevolve"] else float("inf") if per["vevo"] else float("nan")
-    print(f"\nsolved per 1,000 evaluations, vevo / OpenEvolve: {ratio:.2f}")
-    return 0
+        mean_t = sum(r["best"] for r in tg) / len(tg) if tg else float("nan")
+        per[system] = (rate, mean_t)
+        lines.append(f"| {system} | {len(tg)} | {solved} | {evals} | {rate:.2f} | {mean_t:.4f} | {len(oe)} | "
+                     f"{(sum(oe) / len(oe)) if oe else float('nan'):.4f} | {sum(r['seconds'] for r in rs):.0f} |")
+    (rv, bv), (ro, bo) = per["vevo"], per["openevolve"]
+    ratio = rv / ro if ro else (float("inf") if rv else float("nan"))
+    lines.append(f"\nsolved per 1,000 evaluations, vevo / OpenEvolve: {ratio:.2f} ({rv:.2f} / {ro:.2f}); "
+                 f"mean best on the target problems, vevo / OpenEvolve: {bv / bo if bo else float('nan'):.2f}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -205,3 +205,20 @@ def test_default_campaign_on_example_runs_its_full_budget(name, examples, tmp_pa
     _, summary = start(cfg, progress=False)
     assert summary["iterations"] == 3 and summary["solved"] == 0, summary
     assert summary["best"][folder.name]["scalar"] >= 0.0
+
+
+JAX_EXAMPLES = ["first_autocorr_ineq", "uncertainty_ineq"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", JAX_EXAMPLES)
+def test_jax_example_seed_metrics_equal_openevolves(name, examples):
+    """JAX examples (skipped without jax): they need far more address space than they touch, which the old
+    1 GB limit refused with std::bad_alloc."""
+    pytest.importorskip("jax")
+    folder = examples["circle_packing"][0].parent / "alphaevolve_math_problems" / name
+    seed = SEEDED + (folder / "initial_program.py").read_text()
+    with SandboxPool(workers=1) as pool:
+        ev = pool.evaluate(load_folder(folder), seed)
+    assert ev.status == "ok", ev.artifacts
+    assert _same(ev.artifacts["metrics"], openevolve_metrics(folder, seed)["metrics"])

@@ -124,6 +124,7 @@ class WorkerCgroup:
         if self.version == "v1":
             _write(os.path.join(self.mem, "memory.swappiness"), "0")
         pids_dir = self.dirs[-1] if pids_parent is not None else None
+        self.pids_dir, self._pids = pids_dir, max_pids
         if pids_dir is not None and not _write(os.path.join(pids_dir, "pids.max"), str(max_pids)):
             self.note = "pids.max not writable"
         for d in self.dirs:
@@ -146,6 +147,12 @@ class WorkerCgroup:
         f = "memory.limit_in_bytes" if self.version == "v1" else "memory.max"
         if _write(os.path.join(self.mem, f), str(limit)):  # type: ignore[arg-type]
             self._limit = mb
+
+    def set_max_pids(self, n: int) -> None:
+        """The group's process + thread cap for the next candidate (the worker itself counts too)."""
+        if self.ok and self.pids_dir is not None and n != self._pids and \
+                _write(os.path.join(self.pids_dir, "pids.max"), str(n)):
+            self._pids = n
 
     def oom_kills(self) -> int:
         if not self.ok:

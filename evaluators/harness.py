@@ -263,9 +263,14 @@ def run_openevolve(job: dict, emit, fd: int = 3) -> None:
     is not inherited across exec, and this process is not dumpable, so a same-uid program cannot open it
     through /proc/PID/fd or ptrace us. An evaluator that instead executes the program in this process (import,
     exec) hands it the channel by construction: that is detected (a compile of the program's path or source)
-    and reported, and such a result is never counted as solved."""
+    and reported, and such a result is never counted as solved.
+
+    Each stage runs under its own timeout (``stage_timeout``, OpenEvolve's ``evaluator.timeout``) in this
+    process's main thread (so evaluators may use signals); a watchdog thread reports OpenEvolve's timeout result
+    for that stage and ends the process when it expires."""
     import ctypes
     import importlib.util
+    import threading
 
     ensure_openevolve()
     os.set_inheritable(fd, False)
@@ -283,20 +288,51 @@ def run_openevolve(job: dict, emit, fd: int = 3) -> None:
                     (isinstance(src, (str, bytes)) and _same_source(src, code)):
                 seen["in_process"] = True
     sys.addaudithook(hook)
+    lock = threading.Lock()
+    sent = []
+
+    def finish(result: tuple, outcome: str) -> bool:
+        with lock:
+            if sent:
+                return False
+            sent.append(outcome)
+            metrics, artifacts = _wire(result)
+            emit({"t": "oe", "metrics": metrics, "artifacts": artifacts, "outcome": outcome,
+                  "in_process": seen["in_process"]})
+            emit({"t": "done", "n": 0})
+            return True
+
+    def call(fn, on_timeout: tuple, timeout=float(job.get("stage_timeout") or job["time_limit"])):
+        def expire():
+            if finish(on_timeout, "timeout"):
+                os._exit(0)
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            return fn(path)
+        finally:
+            timer.cancel()
+
     emit({"t": "start"})
     try:
         ev_path = job["evaluator"]
         sys.path.insert(0, os.path.dirname(ev_path))
         spec = importlib.util.spec_from_file_location("evaluation_module", ev_path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules["evaluation_module"] = mod
         spec.loader.exec_module(mod)
         seen["in_process"] = False  # compiling the evaluator itself is not the program
-        metrics, artifacts = cascade(mod, path, bool(job.get("cascade", True)), list(job.get("thresholds", [])))
     except _BaseException as e:
         emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
         return
-    emit({"t": "oe", "metrics": metrics, "artifacts": artifacts, "in_process": seen["in_process"]})
-    emit({"t": "done", "n": 0})
+    timeout = float(job.get("stage_timeout") or job["time_limit"])
+    try:
+        result, outcome = cascade(mod, call, bool(job.get("cascade", True)), list(job.get("thresholds", [])), timeout)
+    except _MemoryError as e:
+        emit({"t": "load_error", "exc": _exc(e), "mem": True, "tb": _tb_tail()})
+        return
+    finish(result, outcome)
 
 
 def _same_source(src, code: str) -> bool:
@@ -306,32 +342,41 @@ def _same_source(src, code: str) -> bool:
         return False
 
 
-def _process(result) -> tuple[dict, dict]:
-    """dict or EvaluationResult(metrics, artifacts) → (numeric-or-str metrics, str artifacts)."""
-    if isinstance(result, dict):
-        metrics, artifacts = result, {}
-    elif hasattr(result, "metrics"):
-        metrics, artifacts = dict(result.metrics), dict(getattr(result, "artifacts", {}) or {})
-    else:
-        raise TypeError(f"evaluate() returned {type(result).__name__}, expected dict or EvaluationResult")
-    clean = {}
+def _wire(result: tuple) -> tuple[dict, dict]:
+    """(metrics, artifacts) as they go over the channel: numbers and booleans stay metrics (a boolean is a
+    flag, kept as one); other metric values and every artifact become text, at most 4000 characters."""
+    metrics, artifacts = result
+    clean, arts = {}, {}
     for k, v in metrics.items():
-        if type(v) is bool:
-            clean[str(k)] = float(v)
-        elif isinstance(v, (int, float)):
-            clean[str(k)] = float(v)
+        if isinstance(v, (bool, int, float)):
+            clean[str(k)] = v if isinstance(v, bool) else (float(v) if isinstance(v, float) or abs(v) < 1 << 53 else str(v))
         else:
-            artifacts.setdefault(str(k), v)
-    arts = {}
+            arts.setdefault(str(k), v)
     for k, v in artifacts.items():
-        s = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-        arts[str(k)] = s[:4000]
-    return clean, arts
+        arts[str(k)] = v
+    out = {}
+    for k, v in arts.items():
+        try:
+            s = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        except _BaseException:
+            s = "<unprintable>"
+        out[k] = s[:4000]
+    return clean, out
+
+
+def _result(r) -> tuple[dict, dict]:
+    """OpenEvolve's _process_evaluation_result: a dict is the metrics, an EvaluationResult brings artifacts,
+    anything else is {"error": 0.0}."""
+    if isinstance(r, dict):
+        return dict(r), {}
+    if hasattr(r, "metrics") and isinstance(r.metrics, dict):
+        return dict(r.metrics), dict(getattr(r, "artifacts", None) or {})
+    return {"error": 0.0}, {}
 
 
 def _passes(metrics: dict, threshold: float) -> bool:
     """OpenEvolve's Evaluator._passes_threshold: combined_score if present, else the mean of numeric
-    metrics other than 'error'."""
+    metrics (booleans included, as there) other than 'error'."""
     if not metrics:
         return False
     if "combined_score" in metrics and isinstance(metrics["combined_score"], (int, float)):
@@ -340,16 +385,70 @@ def _passes(metrics: dict, threshold: float) -> bool:
     return bool(vals) and sum(vals) / len(vals) >= threshold
 
 
-def cascade(mod, path: str, use_cascade: bool, thresholds: list[float]) -> tuple[dict, dict]:
-    """OpenEvolve's _cascade_evaluate: stage1 → (threshold[0]) → stage2 → (threshold[1]) → stage3, merging
-    metrics and artifacts of the stages that ran; plain evaluate() when there is no stage1."""
+def _merge_numeric(into: dict, metrics: dict) -> None:
+    """OpenEvolve merges cascade stages as floats, dropping 'error' and non-numbers."""
+    for k, v in metrics.items():
+        if isinstance(v, (int, float)) and k != "error":
+            into[k] = float(v)
+
+
+def _failure(e: BaseException, stage: str) -> dict:
+    return {"failure_stage": stage, "error_type": type(e).__name__, "error_message": str(e)[:2000]}
+
+
+def cascade(mod, call, use_cascade: bool, thresholds: list[float], timeout: float) -> tuple[tuple[dict, dict], str]:
+    """OpenEvolve's Evaluator.evaluate_program / _cascade_evaluate, result for result: stage1 → (threshold[0]) →
+    stage2 → (threshold[1]) → stage3, each under its own timeout, with the metrics and artifacts OpenEvolve
+    reports for a stage that raises or times out. ``call(fn, on_timeout)`` runs one stage; on_timeout is the
+    (metrics, artifacts) reported if it does not finish in time. Returns ((metrics, artifacts), outcome) with
+    outcome ``ok`` or ``error``. (OpenEvolve retries a direct evaluate() that raises; evaluators are
+    deterministic here, so it runs once.)"""
     if not use_cascade or not hasattr(mod, "evaluate_stage1"):
-        return _process(mod.evaluate(path))
-    metrics, arts = _process(mod.evaluate_stage1(path))
-    for stage, th in ((2, thresholds[0] if thresholds else 0.5), (3, thresholds[1] if len(thresholds) > 1 else None)):
-        if th is None or not _passes(metrics, th) or not hasattr(mod, f"evaluate_stage{stage}"):
-            break
-        m2, a2 = _process(getattr(mod, f"evaluate_stage{stage}")(path))
-        metrics.update(m2)
-        arts.update(a2)
-    return metrics, arts
+        out = ({"error": 0.0, "timeout": True},
+               {"timeout": True, "timeout_duration": timeout, "failure_stage": "evaluation", "error_type": "timeout"})
+        try:
+            m, a = _result(call(mod.evaluate, out))
+        except _MemoryError:
+            raise
+        except _BaseException as e:
+            return ({"error": 0.0}, {"stderr": str(e), "traceback": _tb_tail(4000), "failure_stage": "evaluation",
+                                     "attempt": 1}), "error"
+        if m.get("timeout") is True:
+            a.update(timeout=True, timeout_duration=timeout, failure_stage="evaluation", error_type="timeout")
+        return (m, a), "ok"
+    try:
+        m1, a1 = _result(call(mod.evaluate_stage1, ({"stage1_passed": 0.0, "error": 0.0, "timeout": True},
+                                                    {"failure_stage": "stage1", "timeout": True})))
+    except _MemoryError:
+        raise
+    except _BaseException as e:
+        return ({"stage1_passed": 0.0, "error": 0.0},
+                {"stderr": str(e), "traceback": _tb_tail(4000), **_failure(e, "stage1")}), "error"
+    th = thresholds[0] if thresholds else 0.5
+    if not _passes(m1, th) or not hasattr(mod, "evaluate_stage2"):
+        return (m1, a1), "ok"
+    try:
+        m2, a2 = _result(call(mod.evaluate_stage2, ({**m1, "stage2_passed": 0.0, "timeout": True},
+                                                    {**a1, "stage2_timeout": True, "failure_stage": "stage2"})))
+    except _MemoryError:
+        raise
+    except _BaseException as e:
+        return ({**m1, "stage2_passed": 0.0}, {**a1, "stage2_stderr": str(e), "stage2_traceback": _tb_tail(4000),
+                                               "failure_stage": "stage2"}), "ok"
+    merged: dict = {}
+    _merge_numeric(merged, m1)
+    _merge_numeric(merged, m2)
+    arts = {**a1, **a2}
+    if len(thresholds) < 2 or not _passes(merged, thresholds[1]) or not hasattr(mod, "evaluate_stage3"):
+        return (merged, arts), "ok"
+    try:
+        m3, a3 = _result(call(mod.evaluate_stage3, ({**merged, "stage3_passed": 0.0, "timeout": True},
+                                                    {**arts, "stage3_timeout": True, "failure_stage": "stage3"})))
+    except _MemoryError:
+        raise
+    except _BaseException as e:
+        return ({**merged, "stage3_passed": 0.0}, {**arts, "stage3_stderr": str(e),
+                                                   "stage3_traceback": _tb_tail(4000), "failure_stage": "stage3"}), "ok"
+    _merge_numeric(merged, m3)
+    arts.update(a3)
+    return (merged, arts), "ok"

@@ -201,17 +201,36 @@ def clear_ipc(iso: WorkerIsolation) -> int:
 
 
 class Limits:
-    def __init__(self, time_limit: float, memory_mb: int, nproc: int = 64, fsize_mb: int = 16, nofile: int = 64):
+    """as_mb: RLIMIT_AS (0: none; the memory cgroup bounds what is touched); cpu_s: RLIMIT_CPU (None: the
+    wall-clock limit + 2 s)."""
+
+    def __init__(self, time_limit: float, memory_mb: int, nproc: int = 64, fsize_mb: int = 16, nofile: int = 64,
+                 as_mb: int | None = None, cpu_s: int | None = None):
         self.time_limit, self.memory_mb, self.nproc, self.fsize_mb, self.nofile = \
             time_limit, memory_mb, nproc, fsize_mb, nofile
+        self.as_mb = memory_mb if as_mb is None else as_mb
+        self.cpu_s = cpu_s
+
+    @classmethod
+    def from_job(cls, job: dict, cgroup: bool) -> "Limits":
+        """A job's limits. Without a memory cgroup the address-space limit is the only memory bound, so it is
+        never lifted there."""
+        as_mb = int(job.get("as_mb", job["memory_mb"]))
+        if as_mb == 0 and not cgroup:
+            as_mb = int(job["memory_mb"])
+        t = float(job["time_limit"])
+        threads = job.get("mode") == "openevolve"  # whole programs: process pools burn CPU on every core
+        return cls(time_limit=t, memory_mb=int(job["memory_mb"]), nproc=int(job.get("nproc", 64)),
+                   fsize_mb=int(job.get("fsize_mb", 16)), nofile=int(job.get("nofile", 64)), as_mb=as_mb,
+                   cpu_s=int(t * (os.cpu_count() or 1)) + 2 if threads else None)
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
     """In the forked candidate process: new session, rlimits, the allow-list root, private cwd, drop to uid, then
     the parent-death signal (``setuid`` clears one set before it)."""
     os.setsid()
-    cpu = int(limits.time_limit) + 2
-    mem = limits.memory_mb * 1024 * 1024
+    cpu = int(limits.time_limit) + 2 if limits.cpu_s is None else limits.cpu_s
+    mem = limits.as_mb * 1024 * 1024 if limits.as_mb else resource.RLIM_INFINITY
     for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, limits.nproc),
                      (resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024), (resource.RLIMIT_NOFILE, limits.nofile),
                      (resource.RLIMIT_CORE, 0)):

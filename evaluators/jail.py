@@ -21,11 +21,13 @@ import sys
 from problems.errors import VevoError
 
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 4096, 1 << 14, 1 << 18
-MS_REMOUNT = 32
+MS_REMOUNT, MS_RDONLY = 32, 1
 MOUNT_ATTR_RDONLY, AT_RECURSIVE, SYS_mount_setattr = 0x1, 0x8000, 442
 LIB_DIRS = ("/lib", "/lib64", "/lib32", "/usr/lib", "/usr/lib64", "/usr/lib32")
 DEVICES = ("null", "zero", "random", "urandom")
 ETC_FILES = ("/etc/ld.so.cache",)
+SHM = "/dev/shm"
+BIN = "/dev/vevo-bin"  # inside our own /dev (never a host bind); first on candidates' PATH: python, python3 → this interpreter
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -125,6 +127,10 @@ def build(root: str, box: str, python: list[str], hide: list[str], notes: list[s
             os.close(os.open(f"{dev}/{d}", os.O_CREAT | os.O_WRONLY, 0o644))
             _mount("/dev/" + d, f"{dev}/{d}", None, MS_BIND)
     os.symlink("/proc/self/fd", f"{dev}/fd")
+    _mkdirs(root, SHM)
+    _mkdirs(root, BIN)
+    for name in ("python", "python3"):  # evaluators that run the program with `python`, whatever the system has
+        os.symlink(sys.executable, root + BIN + "/" + name)
     proc = _mkdirs(root, "/proc")
     try:
         _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
@@ -139,6 +145,12 @@ def build(root: str, box: str, python: list[str], hide: list[str], notes: list[s
     _set_readonly(root)
     _mount(box, root + box, None, MS_BIND)  # after the read-only pass: the box alone stays writable
     _mount(None, root + box, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    mount_shm(root + SHM, 256)
+
+
+def mount_shm(path: str, mb: int) -> None:
+    """A private, writable /dev/shm (multiprocessing's semaphores and shared memory live there)."""
+    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"size={mb}m,nr_inodes=65536,mode=1777")
 
 
 def rebind_box(root: str, box: str) -> None:

@@ -6,6 +6,7 @@ import math
 import signal
 from typing import Any
 
+from problems import metrics as metric_names
 from problems import values
 from problems.model import AssertCase, CallCase, PointsCase, Problem, StdioCase
 
@@ -14,13 +15,20 @@ from .asserts import SplitAssert, setup_names, split_assert, verdict
 from .types import Evaluation
 
 
+OE_STAGES = 3
+OE_GRACE = 5.0  # seconds past the last stage's timeout before the worker's own deadline
+
+
 def build_job(problem: Problem, code: str, time_limit: float | None = None) -> dict:
-    """What the sandbox receives: the program and test *inputs* only."""
-    job: dict[str, Any] = {"code": code, "time_limit": float(time_limit or problem.time_limit),
-                           "memory_mb": int(problem.memory_limit_mb)}
+    """What the sandbox receives: the program and test *inputs* only, and the problem's resource limits
+    (bounded by this host). For OpenEvolve folders time_limit is per cascade stage, as OpenEvolve's timeout."""
+    limit = float(time_limit or problem.time_limit)
+    job: dict[str, Any] = {"code": code, "time_limit": limit, **problem.limits().to_job()}
     if problem.openevolve is not None:
-        job.update(mode="openevolve", evaluator=str(problem.openevolve.evaluator),
-                   cascade=problem.openevolve.cascade, thresholds=list(problem.openevolve.thresholds))
+        # the harness times each stage; the worker's deadline covers every stage that may run
+        job.update(mode="openevolve", evaluator=str(problem.openevolve.evaluator), stage_timeout=limit,
+                   time_limit=limit * OE_STAGES + OE_GRACE, cascade=problem.openevolve.cascade,
+                   thresholds=list(problem.openevolve.thresholds))
         return job
     cases = []
     stdio = all(isinstance(t, StdioCase) for t in problem.tests)
@@ -146,7 +154,8 @@ def _case_score(problem: Problem, i: int, rec: dict) -> tuple[float, str]:
             got = values.decode(rec["v"])
         except (values.ValueCodecError, TypeError, ValueError, KeyError, AttributeError):
             return 0.0, f"{problem.test_label(i)}: undecodable result"
-        ok = values.values_equal(got, test.expected, rel_tol=problem.float_tol, abs_tol=problem.float_tol * 1e-3)
+        ok = values.values_equal(got, test.expected, rel_tol=problem.float_tol, abs_tol=problem.float_tol * 1e-3,
+                                 strict_bool=problem.strict_bool)
         return (1.0, "") if ok else (0.0, f"{problem.test_label(i)}: got {values.safe_repr(got)}")
     if isinstance(test, StdioCase):
         out = rec.get("out")
@@ -199,7 +208,9 @@ def _finite_float(v: Any) -> float | None:
 
 
 def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
-    """Numeric metrics → the vector (their order as returned); combined_score (or their mean) → scalar."""
+    """The evaluator's metrics, by name → the vector (score columns, see problems/metrics.py) and the scalar
+    (OpenEvolve's fitness). A run the worker had to stop (whole-job deadline, output flood) still reports what
+    OpenEvolve would: {"error": 0.0, "timeout": True} for a timeout."""
     recs = raw.get("records", [])
     oe = next((r for r in recs if r.get("t") == "oe"), None)
     syntax = next((r for r in recs if r.get("t") == "syntax_error"), None)
@@ -207,11 +218,14 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     arts: dict[str, Any] = {}
     if raw.get("stderr_tail"):
         arts["stderr"] = raw["stderr_tail"][-1500:]
+    spec = problem.openevolve
     if oe is None or not isinstance(oe.get("metrics"), dict):
+        metrics: dict[str, Any] = {"error": 0.0}
         if raw.get("output_limit"):
             status = "output_limit"
         elif raw.get("timed_out"):
             status = "timeout"
+            metrics["timeout"] = True
         elif syntax:
             status = "syntax_error"
         elif load is not None:
@@ -221,16 +235,30 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
             status = "memory"
         else:
             status = "killed" if raw.get("signal") == signal.SIGKILL else "crash"
+        arts["metrics"], arts["metric_names"] = metrics, []
         return Evaluation(vector=[], scalar=0.0, solved=False, status=status, artifacts=arts)
-    metrics = {_text(k, 200): f for k, f in ((k, _finite_float(v)) for k, v in oe["metrics"].items()) if f is not None}
+    metrics = {}
+    for k, v in oe["metrics"].items():
+        if isinstance(v, bool):
+            metrics[_text(k, 200)] = v
+        elif _finite_float(v) is not None:
+            metrics[_text(k, 200)] = _finite_float(v)
     extra = oe.get("artifacts")
     arts.update({_text(k, 200): _text(v, 4000) for k, v in (extra.items() if isinstance(extra, dict) else ())})
     arts["metrics"] = metrics
-    keys = [k for k in metrics if k != "combined_score"] or list(metrics)
-    vec = [metrics[k] for k in keys]
-    arts["metric_names"] = keys
-    scalar = metrics["combined_score"] if "combined_score" in metrics else (sum(vec) / len(vec) if vec else 0.0)
-    status = "output_limit" if raw.get("output_limit") else ("timeout" if raw.get("timed_out") else "ok")
+    dims = tuple(spec.feature_dims) if spec is not None else ()
+    names, vec = metric_names.score_columns(metrics, problem.metric_directions, dims)
+    arts["metric_names"] = names
+    scalar = metric_names.fitness(metrics, dims)
+    outcome = oe.get("outcome", "ok")
+    if raw.get("output_limit"):
+        status = "output_limit"
+    elif raw.get("timed_out") or outcome == "timeout":
+        status = "timeout"
+    elif outcome == "error":
+        status = "crash"
+    else:
+        status = "ok"
     solved = status == "ok" and problem.is_solved(vec, scalar)
     if oe.get("in_process") is not False:  # the program ran inside the evaluator's process: it could forge this
         arts["unverified"] = "the evaluator ran the program in its own process; its metrics are forgeable"

@@ -17,9 +17,10 @@ import time
 
 from evaluators import harness, isolation, jail
 
-OUT_CAP = 1 << 20          # stdout/stderr bytes a candidate may print before it is stopped (output_limit)
+OUT_CAP = 1 << 20          # default stdout/stderr bytes a candidate may print before it is stopped (output_limit)
 RESULT_CAP = 64 << 20      # result-channel bytes (large but finite test outputs)
 TAIL = 2000
+LARGE_FILE = 16 << 20      # problem files above this are bound read-only, not copied
 DRAIN_S = 0.005            # how often a running candidate's pipes are drained
 
 
@@ -52,7 +53,12 @@ class Worker:
             import socket  # noqa: F401
         self.devnull = os.open(os.devnull, os.O_RDONLY)  # every candidate's stdin
         self.workdir = os.path.join(self.box, "cand")  # one path, emptied after every candidate
-        os.environ.update(HOME=self.workdir, TMPDIR=self.workdir)  # the rest was set clean by the pool
+        # the jail's private /dev/shm (a tmpfs of its own, emptied after every candidate) and its bin/python
+        self.shm = (self.iso.jail + jail.SHM) if self.iso.jail else None
+        self.box_mb = 256
+        self.mounts: list[str] = []  # read-only binds of a problem's large data files, undone after each candidate
+        os.environ.update(HOME=self.workdir, TMPDIR=self.workdir,  # the rest was set clean by the pool
+                          PATH=jail.BIN + os.pathsep + os.environ.get("PATH", ""))
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 
@@ -62,6 +68,7 @@ class Worker:
         if os.path.lexists(workdir) and not self._clean(workdir):
             self.retire = True
             return {"worker_error": "candidate box could not be cleaned", "retire": True}
+        self._size_box(int(job.get("disk_mb", 256)))
         os.mkdir(workdir, 0o700)
         if self.iso.uid is not None:
             os.chown(workdir, self.iso.uid, self.iso.uid)
@@ -71,10 +78,12 @@ class Worker:
         else:
             harness.precompile(job)  # trusted test code, compiled once here and inherited by every fork
             harness.compile_candidate(job)
-        limits = isolation.Limits(time_limit=float(job["time_limit"]), memory_mb=int(job["memory_mb"]))
         cg = self.iso.cgroup if self.iso.cgroup is not None and self.iso.cgroup.ok else None
+        limits = isolation.Limits.from_job(job, cgroup=cg is not None)
+        out_cap = int(job.get("output_mb", 1)) << 20
         if cg is not None:
             cg.set_candidate_memory(limits.memory_mb)
+            cg.set_max_pids(max(512, limits.nproc + 64))
             ooms = cg.oom_kills()
         fds: list[int] = []
         try:
@@ -110,7 +119,7 @@ class Worker:
             for fd in (w_res, w_out, w_err):
                 os.close(fd)
                 fds.remove(fd)
-            res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit, _max_records(job))
+            res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit, _max_records(job), out_cap)
         finally:
             for fd in fds:
                 try:
@@ -129,9 +138,42 @@ class Worker:
 
     def _clean(self, workdir: str) -> bool:
         """Empty the box after a candidate; a box that resists (or hit its inode cap) is replaced whole."""
+        while self.mounts:
+            isolation._libc.umount2(self.mounts.pop().encode(), 2)  # MNT_DETACH
+        if self.shm is not None and not self._empty_shm():
+            return False
         if remove_tree(workdir):
             return True
-        return isolation.remount_box(self.iso, self.box) and not os.path.lexists(workdir)
+        return isolation.remount_box(self.iso, self.box, self.box_mb) and not os.path.lexists(workdir)
+
+    def _empty_shm(self) -> bool:
+        """/dev/shm is private to each candidate: emptied after it, replaced whole when something resists."""
+        try:
+            names = os.listdir(self.shm)
+        except OSError:
+            names = []
+        if all(remove_tree(os.path.join(self.shm, n)) for n in names):
+            return True
+        try:
+            isolation._libc.umount2(self.shm.encode(), 2)
+            jail.mount_shm(self.shm, self.box_mb)
+            return True
+        except jail.JailError:
+            return False
+
+    def _size_box(self, mb: int) -> None:
+        """The box and /dev/shm tmpfs sized for this job (a problem's disk_mb): remounted only when it changes."""
+        if mb == self.box_mb or os.geteuid() != 0:
+            return
+        try:
+            jail._mount(None, self.box, None, jail.MS_REMOUNT | jail.MS_NOSUID | jail.MS_NODEV,
+                        f"size={mb}m,nr_inodes=65536,mode=0711")
+            if self.shm is not None:
+                jail._mount(None, self.shm, None, jail.MS_REMOUNT | jail.MS_NOSUID | jail.MS_NODEV,
+                            f"size={mb}m,nr_inodes=65536,mode=1777")
+            self.box_mb = mb
+        except jail.JailError:
+            pass
 
     def _stage_evaluator(self, job: dict, workdir: str) -> dict:
         """OpenEvolve evaluators may sit in a folder the sandbox uid cannot read (a 0700 home or tmp dir):
@@ -139,9 +181,18 @@ class Worker:
         src = os.path.dirname(job["evaluator"])
         dst = os.path.join(workdir, "problem")
 
+        large: list[tuple[str, str]] = []
+
         def ignore(d, names):
-            return [n for n in names if n == "__pycache__" or
-                    (os.path.isfile(os.path.join(d, n)) and os.path.getsize(os.path.join(d, n)) > 16 << 20)]
+            out = []
+            for n in names:
+                p = os.path.join(d, n)
+                if n == "__pycache__":
+                    out.append(n)
+                elif os.path.isfile(p) and os.path.getsize(p) > LARGE_FILE:
+                    out.append(n)
+                    large.append((p, os.path.join(dst, os.path.relpath(p, src))))
+            return out
         import shutil  # only OpenEvolve jobs pay for it
 
         try:
@@ -152,12 +203,31 @@ class Worker:
             for d, dirs, files in os.walk(dst):
                 for n in [d] + [os.path.join(d, f) for f in files]:
                     os.chown(n, self.iso.uid, self.iso.uid)
+        for host, inside in large:
+            self._share_read_only(host, inside)
         return dict(job, evaluator=os.path.join(dst, os.path.basename(job["evaluator"])))
 
+    def _share_read_only(self, host: str, inside: str) -> None:
+        """A large data file next to the evaluator, made available without copying it: bound read-only at its
+        place (where the candidate's root sees it), or, without mount rights, linked to."""
+        try:
+            os.close(os.open(inside, os.O_CREAT | os.O_WRONLY, 0o444))
+            if os.geteuid() != 0:
+                os.unlink(inside)
+                os.symlink(host, inside)
+                return
+            target = (self.iso.jail + inside) if self.iso.jail else inside
+            jail._mount(host, target, None, jail.MS_BIND)
+            self.mounts.append(target)
+            jail._mount(None, target, None, jail.MS_REMOUNT | jail.MS_BIND | jail.MS_RDONLY | jail.MS_NOSUID |
+                        jail.MS_NODEV)
+        except (OSError, jail.JailError):
+            pass
+
     def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float,
-                   max_records: int) -> dict:
+                   max_records: int, out_cap: int = OUT_CAP) -> dict:
         bufs = {r_res: bytearray(), r_out: bytearray(), r_err: bytearray()}
-        caps = {r_res: RESULT_CAP, r_out: OUT_CAP, r_err: OUT_CAP}
+        caps = {r_res: RESULT_CAP, r_out: out_cap, r_err: out_cap}
         sent = {r_out: 0, r_err: 0, r_res: 0}
         for fd in bufs:
             os.set_blocking(fd, False)
@@ -180,7 +250,7 @@ class Worker:
                 if wpid:
                     status = st
             for fd in bufs:
-                while self._read(fd, bufs, sent, caps):
+                while self._read(fd, bufs, sent, caps, r_res):
                     if sent[fd] > caps[fd]:
                         output_limit = True
                         break
@@ -195,10 +265,10 @@ class Worker:
         # every writer is dead now: drain what is left
         for fd in list(bufs):
             for _ in range(10000):
-                if not self._read(fd, bufs, sent, caps):
+                if not self._read(fd, bufs, sent, caps, r_res):
                     break
         os.close(pidfd)
-        if sent[r_res] > RESULT_CAP or sent[r_out] > OUT_CAP or sent[r_err] > OUT_CAP:
+        if sent[r_res] > RESULT_CAP or sent[r_out] > out_cap or sent[r_err] > out_cap:
             output_limit = True
         records, bad = decode_records(bytes(bufs[r_res]), max_records)
         if bad < 0:
@@ -213,7 +283,7 @@ class Worker:
         return out
 
     @staticmethod
-    def _read(fd, bufs, sent, caps) -> bool:
+    def _read(fd, bufs, sent, caps, res_fd) -> bool:
         """Read one chunk. The result channel keeps its head (up to its cap); stdout/stderr keep a tail."""
         try:
             chunk = os.read(fd, 1 << 16)
@@ -225,7 +295,7 @@ class Worker:
             return False
         sent[fd] += len(chunk)
         buf = bufs[fd]
-        if caps[fd] == RESULT_CAP:
+        if fd == res_fd:
             if len(buf) < RESULT_CAP:
                 buf.extend(chunk[: RESULT_CAP - len(buf)])
         else:

@@ -713,6 +713,18 @@ class Archive:
         return dict(self._query("SELECT problem, MIN(iteration) FROM programs WHERE solved = 1 "
                                 "GROUP BY problem ORDER BY problem"))
 
+    def best_programs(self) -> dict[str, dict[str, Any]]:
+        """problem -> its best program so far (highest scalar; the earliest on ties): id, iteration, scalar,
+        solved, status. Malformed answers are not programs."""
+        rows = self._query(
+            "SELECT problem, id, iteration, scalar, solved, status FROM programs WHERE status != 'format_error' "
+            "ORDER BY problem, scalar DESC, id")
+        out: dict[str, dict[str, Any]] = {}
+        for pr, pid, it, sc, sv, st in rows:
+            if pr not in out:
+                out[pr] = {"program_id": pid, "iteration": it, "scalar": float(sc), "solved": bool(sv), "status": st}
+        return out
+
     def progress_rows(self) -> list[ProgressRow]:
         """The few columns curves need, one row per evaluated program, in evaluation order."""
         return [ProgressRow(p, it, e, float(s), bool(v)) for p, it, e, s, v in self._query(

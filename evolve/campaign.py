@@ -22,6 +22,7 @@ import numpy as np
 
 from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
+from problems import metrics as metric_columns
 from problems.errors import VevoError
 from problems.model import Problem
 from proposer.base import STATE, VERSIONED, Backend, Completion, SamplingParams, has
@@ -29,7 +30,7 @@ from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
-from . import selection
+from . import feedback, selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
@@ -251,9 +252,12 @@ class Campaign:
     def _remember(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str | None) -> None:
         if ev.status == "format_error":
             return
+        named = feedback.named_metrics(ev.artifacts)
         self.cache[pid] = Member(vector=np.asarray(ev.vector, dtype=float), scalar=float(ev.scalar),
                                  code_len=len(code), solved=ev.solved, code=code, status=ev.status,
-                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:])
+                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:],
+                                 names=named[0] if named else None, metrics=named[1] if named else None,
+                                 feedback=feedback.feedback(ev.artifacts) if named else None)
         self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
 
     def active(self, problem: str) -> bool:
@@ -300,22 +304,25 @@ class Campaign:
         island, rng = self.islands[key], self.rngs[key]
         self._dirty.add(key)
         members = island.members
-        vecs = _stack([self.cache[p].vector for p in members])
+        vecs = _stack([self.cache[p] for p in members])
         scalars = np.array([self.cache[p].scalar for p in members])
         pool = selection.Pool(vecs, scalars, np.array([self.cache[p].code_len for p in members]))
         i = selection.SELECTIONS[self.cfg.selection.method](pool, rng, self.cfg.selection)
         parent = members[i]
-        insp = selection.inspirations(self.cache[parent].vector, vecs, scalars, self.cfg.selection.inspirations, rng,
+        insp = selection.inspirations(vecs[i], vecs, scalars, self.cfg.selection.inspirations, rng,
                                       exclude=i) if vecs.size else []
         insp_ids = [members[j] for j in insp]
         pm = self.cache[parent]
-        labels = self.labels[problem.id] or [f"metric {j}" for j in range(pm.vector.size)]
+        labels = self.labels[problem.id] or pm.names or [f"metric {j}" for j in range(pm.vector.size)]
         ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=pm.code,
                             parent_vector=[float(x) for x in pm.vector], test_labels=labels[: pm.vector.size],
                             parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
                             inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
                                           for j in insp_ids],
-                            m=self.cfg.answers, mode=self.cfg.sampling.answer_mode)
+                            m=self.cfg.answers, mode=self.cfg.sampling.answer_mode,
+                            metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
+                            feedback=pm.feedback or {},
+                            inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
                      prompt=build_prompt(ctx, style=self.prompt_style), staleness=int(pending_same))
@@ -337,7 +344,10 @@ class Campaign:
         evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
                                            self.cfg.sandbox.eval_timeout) if tri.fresh else []
         programs, hashes = self._records(batch, tri, evs, parent.vector.size)
-        vectors = answer_vectors(tri.slots, evs, lambda pid: self.cache[pid].vector, parent.vector.size)
+        if parent.names is not None:  # named metrics: every answer on the same columns
+            vectors = named_answer_vectors(parent, tri.slots, evs, self.cache)
+        else:
+            vectors = answer_vectors(tri.slots, evs, lambda pid: self.cache[pid].vector, parent.vector.size)
         return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs, hashes=hashes,
                        n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
                        eval_seconds=time.perf_counter() - t0)
@@ -507,14 +517,42 @@ def summarize(archive: Archive) -> dict:
     solved = archive.solved_problems()
     return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
             "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
-            "status_counts": archive.status_counts()}
+            "status_counts": archive.status_counts(), "best": archive.best_programs()}
 
 
 def _state_key(key: tuple[str, int]) -> str:
     return f"island/{key[1]}/{key[0]}"
 
 
-def _stack(vectors: list[np.ndarray]) -> np.ndarray:
+def named_answer_vectors(parent: Member, slots: list[list[Slot]], evs: list[Evaluation],
+                         cache: dict[int, Member]) -> list[list[list[float]]]:
+    """answer_vectors for evaluators that report metrics by name: every answer of the group laid on the same
+    columns, the union of the parent's and the answers' (by name); a column an answer lacks, or an answer
+    without a program, gets the group's worst value there."""
+    def named(s: Slot) -> tuple[list[str], list[float]]:
+        if s.kind == "known":
+            m = cache[s.ref]
+            return list(m.names or []), [float(x) for x in m.vector]
+        if s.kind == "fresh":
+            got = feedback.named_metrics(evs[s.ref].artifacts)
+            return (got[0] if got else []), [float(x) for x in evs[s.ref].vector]
+        return [], []
+    flat = [(parent.names or [], [float(x) for x in parent.vector])] + [named(s) for row in slots for s in row]
+    _, rows = metric_columns.stack_named(flat)
+    it = iter(rows[1:])
+    return [[next(it) for _ in row] for row in slots]
+
+
+def _stack(members: list[Member]) -> np.ndarray:
+    """The members' vectors as one matrix: named metrics on the union of their columns (by name), else padded."""
+    if members and any(m.names is not None for m in members):
+        _, rows = metric_columns.stack_named([(m.names or [], [float(x) for x in m.vector]) for m in members])
+        return np.asarray(rows, dtype=float).reshape(len(members), -1)
+    vectors = [m.vector for m in members]
+    return _stack_vectors(vectors)
+
+
+def _stack_vectors(vectors: list[np.ndarray]) -> np.ndarray:
     """Members of one problem share d; failed OpenEvolve runs may have fewer metrics: pad with 0."""
     if not vectors:
         return np.zeros((0, 0))

@@ -65,6 +65,8 @@ def cmd_problems_list(args) -> int:
         Console().print(t)
     for e in reg.errors:
         print(f"vevo: warning: {printable(e, newlines=False)}", file=sys.stderr)
+    for folder, why in reg.skipped:
+        print(f"vevo: skipped {printable(str(folder), False)}: {printable(why, False)}", file=sys.stderr)
     return 0
 
 
@@ -140,18 +142,29 @@ def cmd_problems_import(args) -> int:
     from problems.model import write_native
 
     out = Path(args.out)
+    if args.source == "openevolve":
+        from problems.importers.openevolve import skipped_folders
+
+        for folder, why in skipped_folders(args.path):
+            print(f"skipped {printable(str(folder), False)}: {printable(why, False)}")
     pool = _pool(args.workers) if args.source in NEEDS_SANDBOX else None
     try:
         probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
     finally:
         if pool is not None:
             pool.close()
+    # an OpenEvolve folder is copied as written, to its id (its path below the import root), so a registry
+    # loading --out gives the same ids; an existing destination is never merged into
+    for p in probs:
+        if p.openevolve is not None and (out / p.id).exists():
+            raise UserError(f"{out / p.id}: already exists (problem {p.id!r}); remove it or choose another --out")
     for p in probs:
         if p.openevolve is not None and p.source is not None:  # the author's folder, as written
-            shutil.copytree(p.source, out / Path(p.source).name, dirs_exist_ok=True)
+            shutil.copytree(p.source, out / p.id)
         else:
             write_native(p, out / p.id.replace("/", "__"))
-    print(f"imported {len(probs)} {args.source} problems into {out}")
+    print(f"imported {len(probs)} {args.source} problems into {out}" +
+          (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
     return 0
 
 
@@ -248,6 +261,9 @@ def _print_summary(run_dir: Path, s: dict) -> None:
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
           f"solved {s['solved']}/{s['problems']} problems")
     print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
+    for pid, b in sorted(s.get("best", {}).items()):
+        print(f"  best {printable(pid, False)}: {b['scalar']:.6g} (program {b['program_id']}, iteration "
+              f"{b['iteration']}, {b['status']}{', solved' if b['solved'] else ''})")
 
 
 def _open_run(run_dir: str):
@@ -271,6 +287,12 @@ def cmd_runs_show(args) -> int:
         _print_summary(Path(args.run_dir), s)
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
+    if getattr(args, "code", False):
+        with _open_run(args.run_dir) as a:
+            for pid, b in sorted(s["best"].items()):
+                row = a.program(b["program_id"])
+                print(f"# ---- best program of {printable(pid, False)} (scalar {b['scalar']:.6g})")
+                print(printable(row.code if row else "", True))
     return 0
 
 
@@ -482,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     rsub = p.add_subparsers(dest="rcmd", required=True)
     p = rsub.add_parser("show")
     p.add_argument("run_dir")
+    p.add_argument("--code", action="store_true", help="print each problem's best program")
     p.add_argument("--json", action="store_true")
     p.set_defaults(fn=cmd_runs_show)
     p = sub.add_parser("export", help="one row per evaluated program")

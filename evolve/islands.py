@@ -16,6 +16,9 @@ class Member:
     code: str
     status: str
     stderr: str = ""
+    names: list[str] | None = None  # score column names, when the evaluator reports metrics by name
+    metrics: dict | None = None  # everything it reported, by name (for the prompt)
+    feedback: dict | None = None  # its artifacts, bounded (for the prompt)
 
 
 @dataclass

@@ -22,11 +22,13 @@ from typing import Any, Union
 
 from . import values
 from .errors import ProblemError
+from .metrics import check_directions
+from .resources import NATIVE, Resources, resources_from_dict, resources_to_dict
 
 LANGUAGES = ("python",)
 MAX_TIME_LIMIT = 86_400.0  # a day: past this a limit is a typo, and the sandbox's timers need finite values
 MAX_MEMORY_MB = 1 << 20
-_SOLVED_RE = re.compile(r"^\s*(all|scalar\s*>=\s*([0-9.eE+-]+))\s*$")
+_SOLVED_RE = re.compile(r"^\s*(all|none|scalar\s*>=\s*([0-9.eE+-]+))\s*$")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class OpenEvolveSpec:
     evaluator: Path
     cascade: bool = True
     thresholds: tuple[float, ...] = (0.5, 0.75, 0.9)
+    feature_dims: tuple[str, ...] = ("complexity", "diversity")  # left out of the fitness, as OpenEvolve does
 
 
 @dataclass
@@ -100,6 +103,19 @@ class Problem:
     source: Path | None = None
     openevolve: OpenEvolveSpec | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    resources: Resources = NATIVE  # its memory_mb is ignored: memory_limit_mb is the one memory setting
+    metric_directions: dict[str, str] = field(default_factory=dict)  # name → higher | lower | ignore
+    strict_bool: bool = False  # True: a bool result never equals an int (Python's == says 0 == False)
+
+    @property
+    def open_ended(self) -> bool:
+        """No solved rule: the problem is never retired; a campaign runs its budget and keeps the best."""
+        return self.solved_rule.strip() == "none"
+
+    def limits(self) -> Resources:
+        from dataclasses import replace
+
+        return replace(self.resources, memory_mb=int(self.memory_limit_mb))
 
     @property
     def n_tests(self) -> int:
@@ -114,6 +130,8 @@ class Problem:
 
     def is_solved(self, vector: list[float], scalar: float) -> bool:
         m = _SOLVED_RE.match(self.solved_rule)
+        if m and m.group(1) == "none":
+            return False
         if m and m.group(2) is not None:
             return scalar >= float(m.group(2)) - 1e-12
         return bool(vector) and all(v >= 1.0 - 1e-9 for v in vector)
@@ -155,7 +173,8 @@ def load_native(folder: str | Path) -> Problem:
 
 
 _KNOWN_KEYS = {"id", "title", "description", "language", "entry_point", "seed", "reference", "solved", "time_limit",
-               "memory_limit_mb", "float_tol", "weights", "tests", "tests_file", "setup", "suite", "split", "meta"}
+               "memory_limit_mb", "float_tol", "weights", "tests", "tests_file", "setup", "suite", "split", "meta",
+               "resources", "metrics", "strict_bool"}
 
 
 def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
@@ -195,7 +214,7 @@ def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
         raise ProblemError(where, "entry_point", "required by function-call and points tests")
     solved = _get(data, "solved", str, where, default="all")
     if not _SOLVED_RE.match(solved):
-        raise ProblemError(where, "solved", f"{solved!r}: expected 'all' or 'scalar >= X'")
+        raise ProblemError(where, "solved", f"{solved!r}: expected 'all', 'none' or 'scalar >= X'")
     weights = data.get("weights")
     if weights is not None:
         if not isinstance(weights, list) or not all(isinstance(w, (int, float)) and w >= 0 for w in weights):
@@ -205,6 +224,9 @@ def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
         weights = [float(w) for w in weights]
     time_limit = float(_get(data, "time_limit", (int, float), where, default=10.0))
     mem = int(_get(data, "memory_limit_mb", int, where, default=1024))
+    res = resources_from_dict(data.get("resources", {}), NATIVE, where)
+    if "memory_mb" in (data.get("resources") or {}):
+        mem = res.memory_mb
     if not 0 < time_limit <= MAX_TIME_LIMIT:  # also refuses nan and inf, which TOML can spell
         raise ProblemError(where, "time_limit", f"must be seconds in (0, {MAX_TIME_LIMIT:g}], got {time_limit}")
     if not 64 <= mem <= MAX_MEMORY_MB:
@@ -216,7 +238,10 @@ def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
         solved_rule=solved, time_limit=time_limit, memory_limit_mb=mem,
         float_tol=float(_get(data, "float_tol", (int, float), where, default=1e-6)),
         suite=_get(data, "suite", str, where, default=None), split=_get(data, "split", str, where, default=None),
-        source=folder, meta=dict(data.get("meta", {}) or {}))
+        source=folder, meta=dict(data.get("meta", {}) or {}),
+        resources=res,
+        metric_directions=check_directions(data.get("metrics", {}), where),
+        strict_bool=_get(data, "strict_bool", bool, where, default=False))
 
 
 def _get(data: dict, key: str, typ, where: Path, default: Any = ...) -> Any:
@@ -361,12 +386,22 @@ def write_native(problem: Problem, folder: str | Path) -> Path:
         lines.append('reference = "reference.py"')
     if problem.setup_code:
         lines.append(f"setup = {_toml_str(problem.setup_code)}")
+    if problem.strict_bool:
+        lines.append("strict_bool = true")
     if problem.weights:
         lines.append("weights = [" + ", ".join(repr(float(w)) for w in problem.weights) + "]")
     if problem.suite:
         lines.append(f"suite = {_toml_str(problem.suite)}")
     if problem.split:
         lines.append(f"split = {_toml_str(problem.split)}")
+    res = resources_to_dict(problem.resources)
+    res.pop("memory_mb", None)
+    if res:
+        lines.append("[resources]")
+        lines += [f"{k} = {v}" for k, v in res.items()]
+    if problem.metric_directions:
+        lines.append("[metrics]")
+        lines += [f"{_toml_key(k)} = {_toml_str(v)}" for k, v in problem.metric_directions.items()]
     if problem.meta:
         lines.append("[meta]")
         lines += [f"{_toml_key(k)} = {_toml_str(str(v))}" for k, v in problem.meta.items()]

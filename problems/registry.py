@@ -11,47 +11,68 @@ from typing import Callable, Iterable
 
 from .errors import ProblemError, UnknownProblem
 from .model import Problem, load_native
-from .openevolve import is_openevolve_folder, load_openevolve
+from .openevolve import folder_issue, is_openevolve_folder, load_openevolve
 
 ENTRY_POINT_GROUP = "vevo.problems"
 MAX_DEPTH = 3
 
 
-def load_folder(folder: str | Path) -> Problem:
-    """One problem folder of either format."""
+def load_folder(folder: str | Path, problem_id: str | None = None) -> Problem:
+    """One problem folder of either format. problem_id names an OpenEvolve folder (a native one has its own)."""
     folder = Path(folder)
     if (folder / "problem.toml").is_file():
         return load_native(folder)
     if is_openevolve_folder(folder):
-        return load_openevolve(folder)
-    raise ProblemError(folder, "", "not a problem folder (no problem.toml, no initial_program.py + evaluator.py)")
+        return load_openevolve(folder, problem_id)
+    why = folder_issue(folder) or "no problem.toml, no initial_program.py + evaluator.py"
+    raise ProblemError(folder, "", f"not a problem folder: {why}")
+
+
+def folder_id(folder: Path, root: Path) -> str:
+    """An OpenEvolve folder's id: its path below the root it was found from (``hexagon_packing/11``), so nested
+    examples get distinct ids; the folder's own name when it is the root."""
+    try:
+        rel = folder.resolve().relative_to(root.resolve())
+    except ValueError:
+        rel = Path(folder.name)
+    return rel.as_posix() if rel.parts else folder.resolve().name
 
 
 def is_problem_folder(folder: Path) -> bool:
     return (folder / "problem.toml").is_file() or is_openevolve_folder(folder)
 
 
-def find_problem_folders(root: str | Path, depth: int = MAX_DEPTH) -> list[Path]:
+def find_problem_folders(root: str | Path, depth: int = MAX_DEPTH,
+                         skipped: list[tuple[Path, str]] | None = None) -> list[Path]:
+    """Problem folders under root. skipped, when given, collects (folder, reason) for each folder that looks
+    like a problem but is not one (an OpenEvolve folder with a non-Python program, a missing evaluator)."""
     root = Path(root)
     if is_problem_folder(root):
         return [root]
+    if skipped is not None and root.is_dir():
+        why = folder_issue(root)
+        if why:
+            skipped.append((root, why))
     if depth <= 0 or not root.is_dir():
         return []
     out: list[Path] = []
     for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))):
-        out += find_problem_folders(child, depth - 1)
+        out += find_problem_folders(child, depth - 1, skipped)
     return out
 
 
-def load_tree(root: str | Path, errors: list[ProblemError] | None = None) -> list[Problem]:
-    """Every problem under root. Malformed folders raise, or are collected into ``errors`` when given."""
+def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
+              skipped: list[tuple[Path, str]] | None = None) -> list[Problem]:
+    """Every problem under root. Malformed folders raise, or are collected into ``errors`` when given; folders
+    that look like problems but cannot be one (a non-Python OpenEvolve program) go to ``skipped`` with why."""
     root = Path(root)
     if not root.exists():
         raise ProblemError(root, "", "no such file or directory")
     out = []
-    for folder in find_problem_folders(root):
+    skipped = [] if skipped is None else skipped
+    for folder in find_problem_folders(root, skipped=skipped):
         try:
-            p = load_folder(folder)
+            p = load_folder(folder, folder_id(folder, root))
         except ProblemError as e:
             if errors is None:
                 raise
@@ -61,6 +82,9 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None) -> lis
             p.suite = folder.parent.name if folder != root else root.name
         out.append(p)
     if not out and not errors and not find_problem_folders(root):
+        if skipped:
+            raise ProblemError(skipped[0][0], "", f"skipped: {skipped[0][1]}" +
+                               (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
         raise ProblemError(root, "", "no problem folders found")
     return out
 
@@ -70,6 +94,7 @@ class Registry:
     problems: dict[str, Problem] = field(default_factory=dict)
     errors: list[ProblemError] = field(default_factory=list)
     from_dirs: list[str] = field(default_factory=list)  # ids loaded from the folders given to `discover`
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     def add(self, p: Problem) -> None:
         self.problems.setdefault(p.id, p)  # first source wins: built-ins, then folders, then plugins
@@ -135,7 +160,7 @@ def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plu
     env = os.environ.get("VEVO_PROBLEMS_PATH", "")
     dirs = list(problems_dirs) + [d for d in env.split(os.pathsep) if d]
     for d in dirs:
-        for p in load_tree(d, reg.errors):
+        for p in load_tree(d, reg.errors, reg.skipped):
             reg.add(p)
             if d in problems_dirs and p.id not in reg.from_dirs:
                 reg.from_dirs.append(p.id)

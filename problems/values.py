@@ -209,11 +209,14 @@ def loads(text: str) -> Any:
     return decode(json.loads(text))
 
 
-def values_equal(got: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: float = 0.0) -> bool:
+def values_equal(got: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: float = 0.0, strict_bool: bool = False) -> bool:
     """Structural equality computed in the parent on decoded builtins. Floats use a tolerance; an int
-    equals an equal float (as Python's == does), but a bool never equals an int."""
+    equals an equal float and a bool equals 0/1 (as Python's == does, so ``assert f(x) == False`` passes on 0);
+    ``strict_bool`` (a problem's choice) makes a bool equal only a bool."""
     if isinstance(expected, bool) or isinstance(got, bool):
-        return type(got) is type(expected) and got == expected
+        if strict_bool or not isinstance(got, (bool, int, float)) or not isinstance(expected, (bool, int, float)):
+            return type(got) is type(expected) and got == expected
+        return got == expected
     if isinstance(expected, (int, float)) and isinstance(got, (int, float)):
         if isinstance(expected, float) or isinstance(got, float):
             if math.isnan(expected) and math.isnan(got):
@@ -226,9 +229,11 @@ def values_equal(got: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: float 
         # Python's == treats a list and a tuple as different; keep that.
         return False
     if isinstance(expected, (list, tuple)):
-        return len(got) == len(expected) and all(values_equal(a, b, rel_tol, abs_tol) for a, b in zip(got, expected))
+        return len(got) == len(expected) and all(values_equal(a, b, rel_tol, abs_tol, strict_bool)
+                                                 for a, b in zip(got, expected))
     if isinstance(expected, dict):
-        return got.keys() == expected.keys() and all(values_equal(got[k], expected[k], rel_tol, abs_tol) for k in expected)
+        return got.keys() == expected.keys() and all(values_equal(got[k], expected[k], rel_tol, abs_tol, strict_bool)
+                                                     for k in expected)
     return got == expected
 
 

@@ -23,6 +23,8 @@ _DESC_CHARS = 1500
 _STDERR_CHARS = 500
 _INSPIRATION_CHARS = 1200
 _INSPIRATION_LABELS = 3
+_METRICS_CHARS = 800
+_FEEDBACK_CHARS = 1500
 _CUT = "\n# ... (truncated)"
 _CUT_TAIL = "...\n"
 
@@ -41,6 +43,11 @@ class PromptContext:
     inspirations: list[tuple[str, list[float]]] = field(default_factory=list)
     m: int = 4
     mode: Literal["full", "diff"] = "full"
+    # Evaluators that report named metrics (OpenEvolve): the parent's metrics by name (shown instead of a
+    # test count), the evaluator's artifacts for it, and the inspirations' scores.
+    metrics: dict[str, float | bool] | None = None
+    feedback: dict[str, str] = field(default_factory=dict)
+    inspiration_scores: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -123,8 +130,25 @@ def _code_part(head: str, code: str, **kw) -> _Part:
     return _Part(head + opening + "\n", code.rstrip(), tail=f"\n{fence}\n", **kw)
 
 
+def _metric_value(v) -> str:
+    return str(v) if isinstance(v, bool) or not isinstance(v, (int, float)) else f"{v:.6g}"
+
+
+def _metric_parts(ctx: PromptContext, chat: bool) -> list[_Part]:
+    """Named metrics (replacing the test section) and the evaluator's feedback (shrinks like stderr)."""
+    assert ctx.metrics is not None
+    lines = "\n".join(f"{k}: {_metric_value(v)}" for k, v in ctx.metrics.items())
+    head = "\n## Metrics (higher score is better)\n" if chat else "### Metrics:\n"
+    parts = [_Part(head, lines, limit=_METRICS_CHARS, floor=60)]
+    if ctx.feedback:
+        text = "\n".join(f"{k}: {v}" for k, v in ctx.feedback.items())
+        head = "\n## Evaluator feedback on this program\n" if chat else "### Evaluator feedback:\n"
+        parts.append(_Part(head, text, keep="tail", limit=_FEEDBACK_CHARS, floor=100, droppable=True))
+    return parts
+
+
 def _parts(ctx: PromptContext, max_failing: int, style: str) -> list[_Part]:
-    """Sections in prompt order: task, parent, tests, [stderr], inspirations..."""
+    """Sections in prompt order: task, parent, tests (or metrics), [stderr or feedback], inspirations..."""
     code, in_block = _editable(ctx.parent_code)
     n = len(ctx.parent_vector)
     passed = n - len(_failing(ctx.parent_vector))
@@ -145,8 +169,16 @@ def _parts(ctx: PromptContext, max_failing: int, style: str) -> list[_Part]:
     parts = [
         _Part(task, ctx.description.strip(), limit=_DESC_CHARS, floor=100),
         _code_part(program, code),
-        _Part(tests, fails.rstrip("\n"), tail="\n" if fails else ""),
     ]
+    if ctx.metrics is not None:
+        parts += _metric_parts(ctx, chat)
+        for j, icode in enumerate(c for c, _ in ctx.inspirations):
+            sc = ctx.inspiration_scores[j] if j < len(ctx.inspiration_scores) else None
+            tag = f" (score {sc:.6g})" if sc is not None else ""
+            head = f"\n## Inspiration {j + 1}{tag}\n" if chat else f"### Inspiration {j + 1}{tag}:\n"
+            parts.append(_code_part(head, _editable(icode)[0], limit=_INSPIRATION_CHARS, floor=200, droppable=True))
+        return parts
+    parts.append(_Part(tests, fails.rstrip("\n"), tail="\n" if fails else ""))
     if ctx.parent_stderr.strip():
         parts.append(_Part(stderr, ctx.parent_stderr.strip(), keep="tail", limit=_STDERR_CHARS, floor=100,
                            droppable=True))
@@ -193,7 +225,7 @@ def build_prompt(ctx: PromptContext, max_failing: int = 4, max_chars: int = 6000
 
     stderr = [p for p in parts[3:] if p.keep == "tail"]
     inspirations = [p for p in parts[3:] if p.keep == "head"]
-    task, parent, tests = parts[0], parts[1], parts[2]
+    task, parent, tests = parts[0], parts[1], parts[2]  # tests: the metrics section for named metrics
     order = inspirations[::-1] + stderr + [task, parent, tests]
     for part in order:
         over = total() - max_chars

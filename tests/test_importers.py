@@ -3,6 +3,7 @@
 sandbox, and one-line errors for malformed files. The full acceptance run is bench/import_check.py."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import warnings
@@ -172,6 +173,20 @@ def test_mbpp_sample_references_solved(pool):
     assert_healthy([by[i] for i in ids], pool)
     san = {p.id: p for p in import_mbpp(MBPP / "sanitized-mbpp.json")}
     assert_healthy([san[i] for i in ("mbpp/2", "mbpp/737", "mbpp/787", "mbpp/88")], pool)
+
+
+def test_bool_and_int_compare_as_python_does_unless_the_problem_is_strict(pool):
+    """mbpp/414's reference returns 0 where the assert says ``== False``: Python's == passes it, so must vevo;
+    ``strict_bool`` keeps the stricter rule for problems that ask for it."""
+    from problems import values
+
+    assert values.values_equal(0, False) and values.values_equal([1, (0,)], [True, (False,)])
+    assert not values.values_equal(0, False, strict_bool=True) and not values.values_equal("", False)
+    need(MBPP)
+    p = {q.id: q for q in import_mbpp(MBPP / "mbpp.jsonl")}["mbpp/414"]
+    assert pool.evaluate(p, p.reference_code).solved
+    strict = dataclasses.replace(p, strict_bool=True)
+    assert not pool.evaluate(strict, p.reference_code).solved
 
 
 # ---------------------------------------------------------------- HumanEval

@@ -165,7 +165,10 @@ def test_openevolve_cascade_matches_contract(tmp_path, value):
     assert ev.status == "ok", ev.artifacts
     assert ev.artifacts["metrics"] == pytest.approx(want_m)
     assert ev.scalar == pytest.approx(want_m["combined_score"])
-    assert ev.vector == pytest.approx([v for k, v in want_m.items() if k != "combined_score"])
+    # score columns are keyed by name (sorted), so two programs' columns line up whatever order they came in
+    names = sorted(k for k in want_m if k != "combined_score")
+    assert ev.artifacts["metric_names"] == names
+    assert ev.vector == pytest.approx([want_m[k] for k in names])
     for k, v in want_a.items():
         assert ev.artifacts[k] == v
 

@@ -734,7 +734,7 @@ class HeldoutGuard:
 
 def _eq(got: Any, want: Any) -> bool:
     try:
-        return values.values_equal(got, want)
+        return values.values_equal(got, want, strict_bool=True)
     except Exception:  # noqa: BLE001
         return False
 

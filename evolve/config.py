@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 Selection = Literal["lexicase", "tournament", "niches"]
-Trainer = Literal["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k"]
+Trainer = Literal["none", "vpo", "grpo", "dr_grpo", "gdpo", "multi_rlvr", "max_at_k", "covrl", "vpo+covrl"]
 
 
 MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
@@ -65,6 +65,8 @@ class CampaignConfig(StrictModel):
     max_tokens: int = Field(384, ge=1)
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="None: the problem's own timeout")
     pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
+    reasoning: bool = Field(False, description="the prompt asks for a short <reasoning> section before the answers "
+                            "(CoVRL's prior template); parsing works with or without it")
     chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
                                          "openai proposers; auto: when the tokenizer has a chat template")
     proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -102,6 +104,15 @@ class CampaignConfig(StrictModel):
     train_max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
     train_grad_checkpointing: bool = False
     train_autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
+    # CoVRL (train: covrl | vpo+covrl; proposer/covrl.py)
+    train_covrl_alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
+    train_covrl_clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
+    train_covrl_nll_coef: float = Field(1.0, ge=0, description="selective NLL of the reference after good z")
+    train_covrl_kl_coef: float = Field(0.1, ge=0, description="weight of KL(p' || prior), Bregman estimator")
+    train_covrl_std_norm: bool = Field(False, description="divide advantages by the group's reward std")
+    train_covrl_reason_tokens: int = Field(32, ge=1, description="reasoning budget per trajectory")
+    train_covrl_share: float = Field(0.5, gt=0, le=1, description="vpo+covrl: share of training steps that are "
+                                     "CoVRL (0.5: alternate)")
     # bookkeeping
     archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
                                                     "(survives power loss; normal survives kill -9)")

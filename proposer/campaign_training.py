@@ -92,8 +92,13 @@ class CampaignTrainer:
             from .lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
+                import torch
+
                 try:
-                    model = wrap_lora(model, cfg.train_lora_rank, cfg.train_lora_alpha, cfg.train_lora_targets)
+                    # LoRA's random init from the run's seed: two runs of one config train the same adapter
+                    with torch.random.fork_rng():
+                        torch.manual_seed(cfg.seed)
+                        model = wrap_lora(model, cfg.train_lora_rank, cfg.train_lora_alpha, cfg.train_lora_targets)
                 except LoraError as e:
                     raise TrainingError(str(e)) from None
                 self.learner.model = model

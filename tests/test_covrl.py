@@ -220,13 +220,13 @@ def test_covrl_steps_raise_heldout_reference_likelihood_under_the_prior_template
     from proposer.lora import wrap_lora
     from proposer.training import PolicyTrainer, TrainConfig
 
-    train, held = _items(SUITES["pbe-train"]()[:16]), _items(SUITES["pbe-heldout"]()[:6])
+    train, held = _items(SUITES["pbe-train"]()[:16]), _items(SUITES["pbe-heldout"]()[:8])
     torch.manual_seed(0)
     backend = make_backend("tiny")
     backend.model = wrap_lora(backend.model, 8)
     updater = CoVRLUpdater(PolicyTrainer(backend.model, TrainConfig(lr=1e-3, minibatch=8)),
-                           CoVRLConfig(reason_tokens=12))
-    before = (reference_loglik(backend, held), reference_loglik(backend, held, z_tokens=12, samples=2, seed=7))
+                           CoVRLConfig(reason_tokens=24))
+    before = (reference_loglik(backend, held), reference_loglik(backend, held, z_tokens=24, samples=2, seed=7))
     rng = np.random.default_rng(0)
     stats = []
     for step in range(24):
@@ -234,7 +234,7 @@ def test_covrl_steps_raise_heldout_reference_likelihood_under_the_prior_template
         trajs = sample_trajectories(backend, [(train[i][0], train[i][1], k) for k, i in enumerate(pick)], 4,
                                     updater.cfg, rng, seed=step)
         stats.append(updater.step(trajs))
-    after = (reference_loglik(backend, held), reference_loglik(backend, held, z_tokens=12, samples=2, seed=7))
+    after = (reference_loglik(backend, held), reference_loglik(backend, held, z_tokens=24, samples=2, seed=7))
     print(f"held-out reference log-likelihood (empty z, sampled z): before {before}, after {after}")
     assert after[0] > before[0] + 0.01 and after[1] > before[1] + 0.01, (before, after)
     assert sum(s.get("n_nll", 0) for s in stats) > 0 and sum(s.get("n_posterior", 0) for s in stats) > 0
@@ -321,3 +321,16 @@ def test_covrl_campaign_records_references_and_resumes_after_kill9(tmp_path):
         assert ra_.data["references"] == rb_.data["references"]
         assert ra_.data.get("n_trajectories") == rb_.data.get("n_trajectories")
         assert ra_.data.get("reward") == pytest.approx(rb_.data.get("reward"), abs=1e-5)
+
+
+@needs_tiny
+def test_standalone_covrl_needs_reference_solutions():
+    import dataclasses
+
+    from evolve.study import train
+    from problems.suites import SUITES
+    from proposer.backends import make_backend
+
+    probs = [dataclasses.replace(p, reference_code=None) for p in SUITES["pbe-train"]()[:2]]
+    with pytest.raises(ValueError, match="needs problems with reference solutions; none of the 2"):
+        train(make_backend("tiny"), probs, pool=None, algo="covrl", steps=1)

@@ -208,7 +208,8 @@ def _items(problems):
              p.reference_code.rstrip("\n")) for p in problems]
 
 
-@pytest.mark.slow  # ~1 min on an idle 2-core machine, much more on a busy one: run with -m slow
+@pytest.mark.slow  # ~1 min on an idle 2-core machine, 10+ on a busy one: run with -m slow
+@pytest.mark.timeout(3600)
 @needs_tiny
 def test_covrl_steps_raise_heldout_reference_likelihood_under_the_prior_template():
     """A few dozen seeded CoVRL steps on pbe-train references (real tiny model, LoRA, real gradients) raise the

@@ -565,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as e:  # configuration errors from other layers carry their own one-line message
         if type(e).__name__ in ("ConfigError", "ValueCodecError", "BackendError", "RunError",
-                                  "TrainingError", "ResumeError", "ArchiveError"):
+                                  "TrainingError", "ResumeError", "ArchiveError", "CoVRLError"):
             return _fail(e)
         raise
 

@@ -129,7 +129,7 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
     Problems without a reference are skipped, and their count is logged; none at all is a one-line error.
     The reference is scored as the answer that rewrites the seed's editable region. ``comparable`` rewards
     are not computed here (CoVRL never runs the sandbox; evaluate with ``vevo eval``)."""
-    from proposer.covrl import CoVRLConfig
+    from proposer.covrl import CoVRLConfig, CoVRLError
     from proposer.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
     from proposer.references import answer_text
 
@@ -137,7 +137,7 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
     with_ref = [p for p in problems if p.reference_code]
     missing = len(problems) - len(with_ref)
     if not with_ref:
-        raise ValueError(f"--algo covrl needs problems with reference solutions; none of the {len(problems)} "
+        raise CoVRLError(f"--algo covrl needs problems with reference solutions; none of the {len(problems)} "
                          "selected has one")
     if missing:
         log(json.dumps({"covrl_references_missing": missing, "problems": len(problems)}))

@@ -108,10 +108,14 @@ class CampaignTrainer:
                                      ref_model=None if cfg.train_lora else PolicyTrainer.frozen_copy(model))
         self.covrl = None
         if "covrl" in self.algo:
+            from .covrl import CoVRLError
             from .covrl_campaign import covrl_config
             from .covrl_step import CoVRLUpdater, check_trainable
 
-            check_trainable(self.learner)
+            try:
+                check_trainable(self.learner)
+            except CoVRLError as e:
+                raise TrainingError(str(e)) from None
             self.covrl = CoVRLUpdater(self.trainer, covrl_config(cfg))
         self.version = 0
         self.last_iteration = -1

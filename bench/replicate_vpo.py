@@ -1,11 +1,13 @@
 """Replication study: the VPO paper's two claims, on CPU, with the bundled tiny proposer. Rerunnable by anyone.
 
-(a) *Proposer quality.* From the same bundled tiny proposer, train with VPO, GRPO, Multi-RLVR and Max-at-K at equal
+(a) *Proposer quality.* From the same bundled tiny proposer, train with VPO, GRPO, Multi-RLVR, Max-at-K and CoVRL
+    (verifier-free: from the train problems' reference solutions, ``evolve/study.train_covrl``) at equal
     compute (the same steps × problems × G completions × m answers, the run config's training defaults) on
     ``pbe-hard-train``; evaluate on ``pbe-hard-heldout`` (shapes never trained on) at an equal candidate budget:
     pass@k and best@k for k = 1..K from the same samples (unbiased estimators), reward-space diversity, parse rate.
-(b) *Search.* Campaigns ``--train none | grpo | vpo`` on ``pbe-hard-heldout``, several seeds each, everything else
-    equal: solved@t curves with a 95% confidence band, and solved@T with its 95% t interval.
+(b) *Search.* Campaigns ``--train none | grpo | vpo | covrl`` (CoVRL: archive references) on
+    ``pbe-hard-heldout``, several seeds each, everything else equal: solved@t curves with a 95% confidence band,
+    and solved@T with its 95% t interval.
 
     .venv/bin/python bench/replicate_vpo.py            # the full study (about an hour on 2 cores)
     .venv/bin/python bench/replicate_vpo.py --quick    # the same pipeline, small (a few minutes; run in CI)
@@ -28,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-ALGOS = ("vpo", "grpo", "multi_rlvr", "max_at_k")
-ARMS = ("none", "grpo", "vpo")
+ALGOS = ("vpo", "grpo", "multi_rlvr", "max_at_k", "covrl")
+ARMS = ("none", "grpo", "vpo", "covrl")
+REWARDS = ("vector", "novel", "improvement")  # an arm ALGO+REWARD; vpo+covrl is an algorithm
 
 
 def quality(args, log) -> dict:
@@ -86,7 +89,7 @@ def search(args, runs_dir: Path, log) -> dict:
             run = runs_dir / f"{arm}-s{seed}"
             if not (run / "archive.db").is_file() or args.fresh:
                 subprocess.run(["rm", "-rf", str(run)], check=True)
-                algo, _, reward = arm.partition("+")  # e.g. vpo+novel: train_reward novel
+                algo, _, reward = arm.rpartition("+") if arm.rpartition("+")[2] in REWARDS else (arm, "", "")
                 cmd = [vevo, "run", "--suite", args.suite, "--proposer", "tiny", "--iterations", str(args.iterations),
                        "--islands", "2", "--answers", str(args.answers), "--group", "2", "--seed", str(seed),
                        "--train", algo, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
@@ -132,6 +135,13 @@ def report(args, qa: dict | None, sb: dict | None, out_dir: Path, cmd: str) -> s
                          f"; VPO/untrained best@{j}: "
                          f"{_ratio(rows['vpo']['best_curve'][j - 1], rows['untrained']['best_curve'][j - 1])}; "
                          f"VPO/GRPO pass@{j}: {_ratio(rows['vpo']['pass_curve'][j - 1], rows['grpo']['pass_curve'][j - 1])}\n")
+        if "covrl" in rows:
+            j = ks[-1]
+            cov = rows["covrl"]["best_curve"][j - 1]
+            vs = [f"CoVRL/{o} best@{j}: {_ratio(cov, rows[o]['best_curve'][j - 1])}" for o in ("untrained", "vpo")
+                  if o in rows]
+            lines.append("; ".join(vs) + " (CoVRL learns from the train problems' reference solutions and never "
+                         "runs the sandbox)\n")
         lines.append("![pass@k and best@k](replicate_vpo_quality.png)\n")
     if sb:
         lines.append(f"## (b) Search: campaigns on {args.suite} ({sb['iterations']} iterations, {sb['seeds']} seeds "
@@ -144,9 +154,11 @@ def report(args, qa: dict | None, sb: dict | None, out_dir: Path, cmd: str) -> s
         if "vpo" in arms:
             parts = [f"VPO/{o} solved@T: {_ratio(arms['vpo']['solved_mean'], arms[o]['solved_mean'])}"
                      for o in ("grpo", "none") if o in arms]
+            if "covrl" in arms:
+                parts.append(f"CoVRL/VPO solved@T: {_ratio(arms['covrl']['solved_mean'], arms['vpo']['solved_mean'])}")
             lines.append("\n" + "; ".join(parts) + "\n")
         for arm in arms:
-            if "+" in arm and "none" in arms:
+            if ("+" in arm or arm == "covrl") and "none" in arms:
                 lines.append(f"{arm}/none solved@T: {_ratio(arms[arm]['solved_mean'], arms['none']['solved_mean'])}")
         lines.append("![solved@t](replicate_vpo_search.png)\n")
     text = "\n".join(lines)
@@ -204,7 +216,7 @@ def main() -> None:
     args.arms = [a for a in args.arms.split(",") if a]
     if args.quick:
         args.steps, args.k, args.seeds, args.iterations, args.train_every = 2, 4, 1, 12, 4
-        args.algos = [a for a in args.algos if a in ("vpo", "grpo")]
+        args.algos = [a for a in args.algos if a in ("vpo", "grpo", "covrl")]
         if args.runs_dir == str(ROOT / "runs" / "replicate"):
             args.runs_dir = str(ROOT / "runs" / "replicate-quick")
         if args.out == str(ROOT / "docs" / "results"):

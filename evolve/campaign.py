@@ -325,7 +325,8 @@ class Campaign:
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
-                     prompt=build_prompt(ctx, style=self.prompt_style), staleness=int(pending_same))
+                     prompt=build_prompt(ctx, style=self.prompt_style, reasoning=self.cfg.sampling.reasoning),
+                     staleness=int(pending_same))
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()

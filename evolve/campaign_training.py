@@ -11,6 +11,9 @@ resumed run trains exactly when the uninterrupted one did. A snapshot is deleted
 the engine had when that iteration was committed (the one before the newest step), and resume loads it before
 the trainer publishes its own newest one; so the two newest snapshots are always kept.
 
+``train: covrl`` (and ``vpo+covrl``, alternating) takes CoVRL steps instead: verifier-free updates toward
+references the archive found (``proposer/covrl_campaign.py``); the same snapshots, versions and resume apply.
+
 Every knob is a ``train_*`` key of the run config (``training_config``); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
 ``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
@@ -18,6 +21,8 @@ on too (their tokens count in the token-mean and their KL term applies, as in ve
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,8 +96,13 @@ class CampaignTrainer:
             from proposer.lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
+                import torch
+
                 try:
-                    model = wrap_lora(model, cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.lora_targets)
+                    # LoRA's random init from the run's seed: two runs of one config train the same adapter
+                    with torch.random.fork_rng():
+                        torch.manual_seed(cfg.seed)
+                        model = wrap_lora(model, cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.lora_targets)
                 except LoraError as e:
                     raise TrainingError(str(e)) from None
                 self.learner.model = model
@@ -100,6 +110,17 @@ class CampaignTrainer:
         # so it stays in the loading dtype (half the memory in bf16)
         self.trainer = PolicyTrainer(model, training_config(cfg),
                                      ref_model=None if cfg.train.lora else PolicyTrainer.frozen_copy(model))
+        self.covrl = None
+        if "covrl" in self.algo:
+            from proposer.covrl import CoVRLError
+            from proposer.covrl_campaign import covrl_config
+            from proposer.covrl_step import CoVRLUpdater, check_trainable
+
+            try:
+                check_trainable(self.learner)
+            except CoVRLError as e:
+                raise TrainingError(str(e)) from None
+            self.covrl = CoVRLUpdater(self.trainer, covrl_config(cfg))
         self.version = 0
         self.last_iteration = -1
         self._load()
@@ -213,9 +234,15 @@ class CampaignTrainer:
         if not groups:
             return None
         raw_mats, gids, comps = score_matrices(groups)
+        if self.covrl is not None:
+            from proposer.covrl_campaign import is_covrl_step
+
+            if is_covrl_step(self.algo, iteration, self.cfg.train.every, self.cfg.train.covrl_share):
+                return self._train_covrl(camp, iteration, groups, raw_mats, comps)
+        algo = "vpo" if self.algo == "vpo+covrl" else self.algo
         mats = self._shaped(camp.archive, groups, raw_mats, comps)
         rng = np.random.default_rng([self.cfg.seed, iteration])
-        est = ESTIMATORS[self.algo]
+        est = ESTIMATORS[algo]
         try:
             adv, diag = est(mats, gids, rng=rng)
         except ValueError as e:  # bad training input never stops the campaign
@@ -226,7 +253,7 @@ class CampaignTrainer:
                                behaviour_logprobs=c.logprobs, advantage=float(a))
                    for c, a in zip(comps, adv) if c.prompt_token_ids]
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
-                                 "samples": len(samples), "algo": self.algo, "train_reward": self.cfg.train.reward}
+                                 "samples": len(samples), "algo": algo, "train_reward": self.cfg.train.reward}
         raw = diag.get("raw_scores") if isinstance(diag, dict) else None
         stats["algo_reward"] = float(np.mean(raw)) if raw is not None and len(raw) else 0.0  # the estimator's own
         stats.update(comparable_reward(raw_mats))  # mean_set_reward, mean_best_answer: same for every algo
@@ -236,15 +263,41 @@ class CampaignTrainer:
             if isinstance(v, (int, float, np.floating, np.integer)):
                 stats[f"diag_{k}"] = float(v)
         if samples:
-            sleep, wake = getattr(self.backend, "sleep", None), getattr(self.backend, "wake_up", None)
-            if self.learner is not self.backend and sleep is not None:
-                sleep()  # colocated vLLM: free the engine's GPU memory for the step
-            try:
+            with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
-            finally:
-                if self.learner is not self.backend and wake is not None:
-                    wake()
             self.version += 1
+        return self._finish(camp, iteration, stats)
+
+    @contextmanager
+    def _engine_asleep(self) -> Iterator[None]:
+        """Colocated vLLM with a separate learner: free the engine's GPU memory for the step."""
+        sleep, wake = getattr(self.backend, "sleep", None), getattr(self.backend, "wake_up", None)
+        if self.learner is not self.backend and sleep is not None:
+            sleep()
+        try:
+            yield
+        finally:
+            if self.learner is not self.backend and wake is not None:
+                wake()
+
+    def _train_covrl(self, camp, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
+        """One CoVRL step (proposer/covrl_campaign.py); logged like every step, plus the references used."""
+        from proposer.covrl_campaign import covrl_step
+
+        stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
+                                 "algo": "covrl"}
+        stats.update(comparable_reward(raw_mats))
+        stats["reward_diversity"] = reward_diversity(raw_mats)
+        stats.update(staleness(self.version, [c.policy_version for c in comps]))
+        with self._engine_asleep():
+            stats.update(covrl_step(camp.archive, groups, self.learner, self.covrl, self.cfg, iteration))
+        stats["samples"] = int(stats.get("n_trajectories", 0))
+        if stats["samples"]:
+            self.version += 1
+        return self._finish(camp, iteration, stats)
+
+    def _finish(self, camp, iteration: int, stats: dict[str, Any]) -> dict[str, Any]:
+        """Snapshot, publish, and the archive row of a step."""
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)

@@ -398,8 +398,9 @@ def cmd_train(args) -> int:
                      batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
                      max_tokens=args.max_tokens)
     if hist:
-        print(f"trained {len(hist)} steps: mean set reward {hist[0]['mean_set_reward']:.3f} -> "
-              f"{hist[-1]['mean_set_reward']:.3f}; model saved to {args.out} (use --proposer hf:{args.out})")
+        key = "mean_set_reward" if "mean_set_reward" in hist[0] else "reward"  # covrl: reference log-likelihood
+        print(f"trained {len(hist)} steps: {key.replace('_', ' ')} {hist[0].get(key, 0.0):.3f} -> "
+              f"{hist[-1].get(key, 0.0):.3f}; model saved to {args.out} (use --proposer hf:{args.out})")
     return 0
 
 
@@ -542,9 +543,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         p.set_defaults(fn=fn)
         if name == "train":
-            from proposer.estimators import ESTIMATORS
+            from proposer.algorithms import training_algorithms
 
-            p.add_argument("--algo", default="vpo", choices=list(ESTIMATORS))
+            p.add_argument("--algo", default="vpo", choices=training_algorithms(campaign=False),
+                           help="covrl: needs reference solutions")
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
             p.add_argument("--batch", type=int, default=2, help="problems per step")

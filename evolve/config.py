@@ -70,12 +70,15 @@ class SamplingConfig(StrictModel):
     max_tokens: int = Field(384, ge=1)
     chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
                                          "openai proposers; auto: when the tokenizer has a chat template")
+    reasoning: bool = Field(False, description="the prompt asks for a short <reasoning> section before the answers "
+                            "(CoVRL's prior template); parsing works with or without it")
 
 
 class TrainSection(StrictModel):
     """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
 
-    algo: str = Field("none", description="none, or an advantage estimator in proposer.estimators.ESTIMATORS")
+    algo: str = Field("none", description="none, an advantage estimator (proposer.estimators.ESTIMATORS), or "
+                      "covrl / vpo+covrl (proposer/algorithms.py)")
     every: int = Field(10, ge=1, description="iterations between updates")
     batch: int = Field(8, ge=1, description="archive groups per training step")
     lr: float = Field(1e-3, gt=0, description="AdamW lr; 1e-3 with LoRA r8 is the smallest that moves the tiny "
@@ -101,13 +104,22 @@ class TrainSection(StrictModel):
     max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
     grad_checkpointing: bool = False
     autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
+    # CoVRL (algo: covrl | vpo+covrl; proposer/covrl.py)
+    covrl_alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
+    covrl_clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
+    covrl_nll_coef: float = Field(1.0, ge=0, description="selective NLL of the reference after good z")
+    covrl_kl_coef: float = Field(0.1, ge=0, description="weight of KL(p' || prior), Bregman estimator")
+    covrl_std_norm: bool = Field(False, description="divide advantages by the group's reward std")
+    covrl_reason_tokens: int = Field(32, ge=1, description="reasoning budget per trajectory")
+    covrl_share: float = Field(0.5, gt=0, le=1, description="vpo+covrl: share of training steps that are CoVRL "
+                               "(0.5: alternate)")
 
     @field_validator("algo")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from proposer.estimators import ESTIMATORS
+        from proposer.algorithms import training_algorithms
 
-        return _known(v, ["none", *ESTIMATORS], "training algorithm")
+        return _known(v, training_algorithms(), "training algorithm")
 
 
 class SandboxConfig(StrictModel):
@@ -301,10 +313,10 @@ def run_flags() -> list[tuple[str, str, str, tuple[str, ...] | None, str]]:
         f = SECTIONS[sec].model_fields[key]
         kind, choices = _flag_kind(f.annotation)
         if key in ("method", "algo") or (sec, key) == ("executor", "kind"):
-            from proposer.estimators import ESTIMATORS
+            from proposer.algorithms import training_algorithms
 
             from .selection import SELECTIONS
-            choices = tuple(SELECTIONS) if sec == "selection" else ("none", *ESTIMATORS) if sec == "train" \
+            choices = tuple(SELECTIONS) if sec == "selection" else tuple(training_algorithms()) if sec == "train" \
                 else tuple(EXECUTORS)
         out.append((flat.replace("_", "-"), flat, kind, choices, f"{sec}.{key}: {f.description or ''}".rstrip(": ")))
     return out

@@ -2,7 +2,8 @@
 
 `train` samples G completions of m answers for a prompt built from each problem's seed program, scores
 every answer in the sandbox, turns the score matrices into advantages (VPO or a baseline) and takes one
-PolicyTrainer step per batch of problems. `eval` gives every proposer the same candidate budget k per
+PolicyTrainer step per batch of problems (``--algo covrl``: ``train_covrl``, verifier-free, from the problems'
+reference solutions). `eval` gives every proposer the same candidate budget k per
 problem (an m-answer completion spends m candidates) and reports best@k, pass@k and reward diversity.
 """
 from __future__ import annotations
@@ -75,6 +76,11 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
     trainer = PolicyTrainer(model, TrainConfig(lr=lr, temperature=temperature, epochs=epochs, kl_beta=kl_beta,
                                                minibatch=max(1, batch * group)),
                             ref_model=None if lora else PolicyTrainer.frozen_copy(model))
+    if algo == "covrl":
+        history = train_covrl(backend, trainer, problems, pool, steps=steps, m=m, group=group, batch=batch,
+                              seed=seed, temperature=temperature, log=log)
+        _save(backend, model, lora, out, history)
+        return history
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
     history = []
@@ -101,15 +107,57 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         backend.set_policy_version(step + 1)
         history.append(stats)
         log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        merged = model.merge_and_unload() if lora else model
-        merged.save_pretrained(str(out))
-        backend.tokenizer.save_pretrained(str(out))
-        (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-        if lora:
-            backend.model = merged
+    _save(backend, model, lora, out, history)
+    return history
+
+
+def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict[str, Any]]) -> None:
+    if out is None:
+        return
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    merged = model.merge_and_unload() if lora else model
+    merged.save_pretrained(str(out))
+    backend.tokenizer.save_pretrained(str(out))
+    (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    if lora:
+        backend.model = merged
+
+
+def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, *, steps: int, m: int, group: int,
+                batch: int, seed: int, temperature: float = 1.0, covrl=None, log=print) -> list[dict[str, Any]]:
+    """CoVRL on problems with reference solutions (``reference_code``: built-in PBE, MBPP/HumanEval imports):
+    each step, ``batch`` problems' seed prompts, ``group`` hybrid trajectories each, one CoVRLUpdater step.
+    Problems without a reference are skipped, and their count is logged; none at all is a one-line error.
+    The reference is scored as the answer that rewrites the seed's editable region. ``comparable`` rewards
+    are not computed here (CoVRL never runs the sandbox; evaluate with ``vevo eval``)."""
+    from proposer.covrl import CoVRLConfig, CoVRLError
+    from proposer.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
+    from proposer.references import answer_text
+
+    check_trainable(backend)
+    with_ref = [p for p in problems if p.reference_code]
+    missing = len(problems) - len(with_ref)
+    if not with_ref:
+        raise CoVRLError(f"--algo covrl needs problems with reference solutions; none of the {len(problems)} "
+                         "selected has one")
+    if missing:
+        log(json.dumps({"covrl_references_missing": missing, "problems": len(problems)}))
+    seeds = pool.evaluate_many([(p, p.seed_code) for p in with_ref])
+    updater = CoVRLUpdater(trainer, covrl or CoVRLConfig())
+    rng = np.random.default_rng(seed)
+    history = []
+    for step in range(steps):
+        chosen = rng.choice(len(with_ref), size=min(batch, len(with_ref)), replace=False)
+        items = [(seed_prompt(with_ref[i], seeds[i], m, _style(backend)), answer_text(with_ref[i].reference_code), k)
+                 for k, i in enumerate(chosen)]
+        trajs = sample_trajectories(backend, items, group, updater.cfg, rng, seed=seed * 100_003 + step,
+                                    temperature=temperature)
+        stats: dict[str, Any] = {"step": step, "algo": "covrl", "references_missing": missing}
+        stats.update(updater.step(trajs))
+        backend.set_policy_version(step + 1)
+        history.append(stats)
+        log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
     return history
 
 

@@ -20,6 +20,10 @@ Decisions (documented because model output is messy and every choice changes wha
   has at least one statement that is not a bare expression (so prose like "hello" or "Sorry, I can't" is ``invalid``). Raw code in
   a truncated answer is rejected (cannot tell whether it is complete).
 * A code answer with several fences uses the first one. Diff markers win over fences (diffs are often fenced).
+* An optional short reasoning section may come before the answers: ``<reasoning>...</reasoning>`` (the opening
+  tag may be the prompt's last words). A closing ``</reasoning>`` before any answer tag ends it; the reasoning is
+  dropped before the answers are parsed (``split_reasoning``), so text with or without it parses the same.
+  An unclosed reasoning is left in place (text before the first answer tag is ignored anyway).
 * Untagged text: split on ``---`` lines outside fences/diff blocks; each segment with diff markers is one diff
   answer, each fenced block is one code answer, anything else (prose) is skipped. Raw unfenced code is not
   guessed at without tags.
@@ -39,6 +43,8 @@ Kind = Literal["code", "diff", "empty", "invalid"]
 _OPEN = re.compile(r"<answer_(\d{1,9})>")
 _CLOSE = re.compile(r"</answer_(\d{1,9})>")
 _ANY_TAG = re.compile(r"</?answer_\d{1,9}>")
+_REASON_OPEN = "<reasoning>"
+_REASON_CLOSE = "</reasoning>"
 _RAW_CODE_MAX_CHARS = 100_000  # ast.parse on pathological megabyte inputs is not worth it
 _MAX_ERROR_CHARS = 200
 
@@ -259,11 +265,26 @@ def _untagged(text: str, m: int) -> dict[int, Answer]:
     return {i: a for i, a in found.items() if i <= m}
 
 
+def split_reasoning(text: str) -> tuple[str, str]:
+    """(reasoning, the rest) when the text opens with a reasoning section closed before any answer tag,
+    else ("", text)."""
+    body = text.lstrip()
+    body = body[len(_REASON_OPEN):] if body.startswith(_REASON_OPEN) else text
+    end = body.find(_REASON_CLOSE)
+    if end < 0:
+        return "", text
+    tag = _ANY_TAG.search(body, 0, end)
+    if tag is not None:
+        return "", text
+    return body[:end].strip(), body[end + len(_REASON_CLOSE):]
+
+
 def parse_answers(text: str, m: int) -> list[Answer]:
-    """Exactly m answers (index 1..m) from one completion; never raises."""
+    """Exactly m answers (index 1..m) from one completion (an optional reasoning section first); never raises."""
     m = max(int(m), 0)
     try:
         text = text.replace("\r\n", "\n") if isinstance(text, str) else ""
+        text = split_reasoning(text)[1]
         found = _tagged(text, m) if _ANY_TAG.search(text) else _untagged(text, m)
     except Exception as exc:  # defensive: a parser bug must not take a campaign down
         found = {i: _invalid(i, "", f"parser error: {type(exc).__name__}") for i in range(1, m + 1)}

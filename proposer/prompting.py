@@ -2,8 +2,10 @@
 
 Two styles: ``compact`` (default; terse section headers so a ~10M-parameter model with a 1024-token context can
 see the whole thing -- it is trained on exactly this layout via ``completion_target``) and ``chat`` (fuller
-English for instruct LLMs). Both end with ``\\n<answer_1>`` and no trailing newline: byte-level BPE merges a
-newline with the indentation after it, so a prompt ending in "\\n" ends on a token the model never saw there.
+English for instruct LLMs). Both end with ``\\n<answer_1>`` (with ``reasoning=True``: ``\\n<reasoning>``, a
+short reasoning section closed by ``</reasoning>`` comes before the answers; ``proposer/parsing.py`` drops it)
+and no trailing newline: byte-level BPE merges a newline with the indentation after it, so a prompt ending in
+"\\n" ends on a token the model never saw there.
 
 Length is bounded by ``max_chars`` deterministically: sections are shrunk in a fixed order (inspirations from
 the last, stderr, description, parent code, failing-test list) and, as a last resort, the head of the prompt
@@ -211,14 +213,18 @@ def _ending(ctx: PromptContext, in_block: bool, style: str) -> str:
 
 
 def build_prompt(ctx: PromptContext, max_failing: int = 4, max_chars: int = 6000,
-                 style: Literal["compact", "chat"] = "compact") -> str:
-    """The mutation prompt for ``ctx``: at most ``max_chars`` characters, ending in ``\\n<answer_1>``."""
+                 style: Literal["compact", "chat"] = "compact", reasoning: bool = False) -> str:
+    """The mutation prompt for ``ctx``: at most ``max_chars`` characters, ending in ``\\n<answer_1>``
+    (``\\n<reasoning>`` with ``reasoning``: the proposer reasons briefly before its answers)."""
     if style not in ("compact", "chat"):
         raise ValueError(f"build_prompt: style must be 'compact' or 'chat', got {style!r}")
     if ctx.mode not in ("full", "diff"):
         raise ValueError(f"build_prompt: mode must be 'full' or 'diff', got {ctx.mode!r}")
     parts = _parts(ctx, max_failing, style)
     ending = _ending(ctx, _editable(ctx.parent_code)[1], style)
+    if reasoning:
+        ask = "" if style == "compact" else "First reason briefly between <reasoning> and </reasoning>.\n"
+        ending = ending[: len(ending) - len("<answer_1>")] + ask + "<reasoning>"
 
     def total() -> int:
         return sum(len(p.render()) for p in parts) + len(ending)

@@ -7,6 +7,7 @@ end holds the instructions and the answer opening.
 from __future__ import annotations
 
 ANSWER_PREFILL = "<answer_1>"
+PREFILLS = (ANSWER_PREFILL, "<reasoning>")  # a prompt ending in one of these continues it in the assistant turn
 
 
 def has_chat_template(tokenizer) -> bool:
@@ -33,7 +34,7 @@ def render_chat(tokenizer, prompt: str) -> str | None:
     """The chat-templated text, or None when the tokenizer has no chat template."""
     if not getattr(tokenizer, "chat_template", None):
         return None
-    prefill = ANSWER_PREFILL if prompt.endswith(ANSWER_PREFILL) else ""
+    prefill = next((p for p in PREFILLS if prompt.endswith(p)), "")
     user = prompt[: len(prompt) - len(prefill)].rstrip("\n") if prefill else prompt
     msgs = [{"role": "user", "content": user}]
     if prefill:

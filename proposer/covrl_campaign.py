@@ -8,7 +8,7 @@ the same ones), and takes one ``CoVRLUpdater`` step. The references used are rec
 row (group, parent, reference program id, kind).
 
 ``train: vpo+covrl`` mixes the two: training step k (k = iteration / train_every, from 1) is a CoVRL step when
-floor(k * share) > floor((k - 1) * share), share = ``train_covrl_share`` (0.5: VPO, CoVRL, VPO, ...).
+floor(k * share) > floor((k - 1) * share), share = ``train.covrl_share`` (0.5: VPO, CoVRL, VPO, ...).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from .references import reference_for
 
 
 def covrl_config(cfg) -> CoVRLConfig:
-    """The ``train_covrl_*`` keys of a run config."""
+    """The ``train.covrl_*`` keys of a run config (flat ``train_covrl_*`` also accepted)."""
     t = cfg.train
     return CoVRLConfig(alpha=t.covrl_alpha, clip_eps=t.covrl_clip_eps, nll_coef=t.covrl_nll_coef,
                        kl_coef=t.covrl_kl_coef, std_norm=t.covrl_std_norm, reason_tokens=t.covrl_reason_tokens)

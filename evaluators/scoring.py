@@ -196,17 +196,6 @@ def _text(v: Any, n: int) -> str:
     return _short(v, n) if isinstance(v, str) else values.safe_repr(v, n)
 
 
-def _finite_float(v: Any) -> float | None:
-    """A metric's value if it is a finite number (an int too large for a float is not)."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     """The evaluator's metrics, by name → the vector (score columns, see problems/metrics.py) and the scalar
     (OpenEvolve's fitness). A run the worker had to stop (whole-job deadline, output flood) still reports what
@@ -241,8 +230,8 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     for k, v in oe["metrics"].items():
         if isinstance(v, bool):
             metrics[_text(k, 200)] = v
-        elif _finite_float(v) is not None:
-            metrics[_text(k, 200)] = _finite_float(v)
+        elif metric_names.finite_number(v) is not None:
+            metrics[_text(k, 200)] = metric_names.finite_number(v)
     extra = oe.get("artifacts")
     arts.update({_text(k, 200): _text(v, 4000) for k, v in (extra.items() if isinstance(extra, dict) else ())})
     arts["metrics"] = metrics

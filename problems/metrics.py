@@ -48,7 +48,7 @@ def direction(name: str, overrides: Mapping[str, str] | None = None, feature_dim
     return "higher"
 
 
-def _number(v: Any) -> float | None:
+def finite_number(v: Any) -> float | None:
     """A metric's value as a finite float; booleans (flags, not scores) and non-numbers are None."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
@@ -93,7 +93,7 @@ def score_columns(metrics: Mapping[str, Any], overrides: Mapping[str, str] | Non
     metrics negated. ``combined_score`` is a column only when nothing else is (it summarises the others)."""
     cols = {}
     for k, v in metrics.items():
-        f = _number(v)
+        f = finite_number(v)
         if f is None:
             continue
         d = direction(k, overrides, feature_dims)

@@ -433,8 +433,10 @@ def cmd_pretrain(args) -> int:
 
 # ------------------------------------------------------------------ parser
 
-def build_parser() -> argparse.ArgumentParser:
-    from problems.importers import sources
+def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``cmd`` (the subcommand being run), the flags and choices that need the config
+    model and the registries are built for that subcommand only, so `vevo --help` stays instant."""
+    full = cmd is None
 
     ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -466,7 +468,12 @@ def build_parser() -> argparse.ArgumentParser:
     pdir(p)
     p.set_defaults(fn=cmd_problems_check)
     p = psub.add_parser("import")
-    p.add_argument("source", choices=sources())
+    if full or cmd == "problems":
+        from problems.importers import sources
+
+        p.add_argument("source", choices=sources())
+    else:
+        p.add_argument("source")
     p.add_argument("path")
     p.add_argument("--out", required=True)
     p.add_argument("--workers", type=int, default=2, help="sandbox workers (importers that run reference code)")
@@ -483,9 +490,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run an evolution campaign")
     p.add_argument("config", nargs="?", help="YAML config (flags override it)")
-    from .config import run_flags
-
-    for flag, key, kind, choices, help_ in run_flags():  # one flag per config key, from the config model
+    if full or cmd == "run":
+        from .config import run_flags
+    for flag, key, kind, choices, help_ in (run_flags() if full or cmd == "run" else []):  # one flag per config key, from the config model
         kw: dict = {"dest": key, "help": help_.replace("%", "%%") or None}
         if kind == "list":
             kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(key, "VALUE"))
@@ -543,9 +550,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         p.set_defaults(fn=fn)
         if name == "train":
-            from proposer.algorithms import training_algorithms
+            algos = None
+            if full or cmd == "train":
+                from proposer.algorithms import training_algorithms
 
-            p.add_argument("--algo", default="vpo", choices=training_algorithms(campaign=False),
+                algos = training_algorithms(campaign=False)
+            p.add_argument("--algo", default="vpo", choices=algos,
                            help="covrl: needs reference solutions")
             p.add_argument("--steps", type=int, default=10)
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
@@ -568,7 +578,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser(next((w for w in words if not w.startswith("-")), "")).parse_args(argv)
     from problems.errors import VevoError
 
     try:

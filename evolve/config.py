@@ -36,7 +36,22 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-def _known(name: str, table: Any, what: str) -> str:
+def registered(section: str) -> list[str]:
+    """The names a section's primary key accepts, read from the live registry (a plugin's entry counts); one
+    place for both the validators and the CLI's choices."""
+    if section == "selection":
+        from .selection import SELECTIONS
+
+        return list(SELECTIONS)
+    if section == "train":
+        from proposer.algorithms import training_algorithms
+
+        return training_algorithms()
+    return list(EXECUTORS)
+
+
+def _known(name: str, section: str, what: str) -> str:
+    table = registered(section)
     if name not in table:
         raise ValueError(f"unknown {what} {name!r} (known: {', '.join(table)})")
     return name
@@ -56,9 +71,7 @@ class SelectionConfig(StrictModel):
     @field_validator("method")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from .selection import SELECTIONS
-
-        return _known(v, SELECTIONS, "selection method")
+        return _known(v, "selection", "selection method")
 
 
 class SamplingConfig(StrictModel):
@@ -117,9 +130,7 @@ class TrainSection(StrictModel):
     @field_validator("algo")
     @classmethod
     def _registered(cls, v: str) -> str:
-        from proposer.algorithms import training_algorithms
-
-        return _known(v, training_algorithms(), "training algorithm")
+        return _known(v, "train", "training algorithm")
 
 
 class SandboxConfig(StrictModel):
@@ -141,7 +152,7 @@ class ExecutorConfig(StrictModel):
     @field_validator("kind")
     @classmethod
     def _registered(cls, v: str) -> str:
-        return _known(v, EXECUTORS, "executor")  # the live registry: a plugin's executor counts
+        return _known(v, "executor", "executor")
 
 
 SECTIONS: dict[str, type[StrictModel]] = {"selection": SelectionConfig, "sampling": SamplingConfig,
@@ -312,12 +323,8 @@ def run_flags() -> list[tuple[str, str, str, tuple[str, ...] | None, str]]:
     for flat, (sec, key) in FLAT_KEYS.items():
         f = SECTIONS[sec].model_fields[key]
         kind, choices = _flag_kind(f.annotation)
-        if key in ("method", "algo") or (sec, key) == ("executor", "kind"):
-            from proposer.algorithms import training_algorithms
-
-            from .selection import SELECTIONS
-            choices = tuple(SELECTIONS) if sec == "selection" else tuple(training_algorithms()) if sec == "train" \
-                else tuple(EXECUTORS)
+        if _PRIMARY.get(sec) == key:
+            choices = tuple(registered(sec))
         out.append((flat.replace("_", "-"), flat, kind, choices, f"{sec}.{key}: {f.description or ''}".rstrip(": ")))
     return out
 

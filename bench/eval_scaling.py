@@ -19,7 +19,6 @@ with the same total number of sandboxes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,29 +29,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evaluators.pool import SandboxPool  # noqa: E402
-from problems.model import AssertCase, Problem  # noqa: E402
+from problems.model import Problem  # noqa: E402
 
-MBPP = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_throughput import MBPP, load as load_mbpp  # noqa: E402  (one MBPP loader for both benches)
 
 
 def load(n: int) -> list[tuple[Problem, str]]:
-    items: list[tuple[Problem, str]] = []
+    """eval_throughput's MBPP candidates, or PBE references where ../shared is absent."""
     if MBPP.is_file():
-        with open(MBPP) as f:
-            for line in f:
-                row = json.loads(line)
-                p = Problem(id=f"mbpp/{row['task_id']}", seed_code="", entry_point=None, time_limit=10,
-                            setup_code=row.get("test_setup_code") or "",
-                            tests=[AssertCase(t) for t in row["test_list"]])
-                items.append((p, row["code"]))
-                if len(items) >= n:
-                    break
-    else:
-        from problems.suites import SUITES
+        return load_mbpp(n)
+    from problems.suites import SUITES
 
-        probs = SUITES["pbe"]()
-        while len(items) < n:
-            items += [(p, p.reference_code) for p in probs][: n - len(items)]
+    probs = SUITES["pbe"]()
+    items: list[tuple[Problem, str]] = []
+    while len(items) < n:
+        items += [(p, p.reference_code) for p in probs][: n - len(items)]
     return items
 
 

@@ -330,7 +330,8 @@ class Campaign:
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()
-        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p, max_tokens=self.cfg.sampling.max_tokens,
+        s = self.cfg.sampling
+        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                             seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
         out = self.backend.generate([batch.prompt], self.cfg.group, sp)
         batch.completions = list(out[0]) if out else []
@@ -353,8 +354,8 @@ class Campaign:
                        n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
                        eval_seconds=time.perf_counter() - t0)
 
-    def _records(self, batch: Batch, tri: "Triage", evs: list[Evaluation], d: int) -> tuple[list[ProgramRecord],
-                                                                                           list[str | None]]:
+    def _records(self, batch: Batch, tri: Triage, evs: list[Evaluation],
+                 d: int) -> tuple[list[ProgramRecord], list[str | None]]:
         """One program record per fresh candidate (with its evaluation), then one per format error."""
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []

@@ -492,7 +492,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("config", nargs="?", help="YAML config (flags override it)")
     if full or cmd == "run":
         from .config import run_flags
-    for flag, key, kind, choices, help_ in (run_flags() if full or cmd == "run" else []):  # one flag per config key, from the config model
+    # one flag per config key, generated from the config model
+    for flag, key, kind, choices, help_ in (run_flags() if full or cmd == "run" else []):
         kw: dict = {"dest": key, "help": help_.replace("%", "%%") or None}
         if kind == "list":
             kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(key, "VALUE"))

@@ -3,7 +3,8 @@
 The campaign only ever calls ``evaluate_many`` (results in input order) and ``close``; an executor decides where
 the sandboxes run. ``local`` is one warm ``SandboxPool`` in this process; ``ray`` is one ``SandboxPool`` per node
 of a Ray cluster (``evaluators/ray_executor.py``). Each sandbox is the same, so for a given input an executor
-changes where an evaluation happens, never its result.
+changes where an evaluation happens, never its result. With ``pipeline_depth`` D > 1 the campaign calls
+``evaluate_many`` from D threads at once (one batch each): an executor must take concurrent calls.
 """
 from __future__ import annotations
 

@@ -1,8 +1,18 @@
 """The campaign loop: problems × islands → prompts → proposer → parse/apply/dedupe → evaluate → archive.
 
-One iteration is one island step. With ``pipeline_depth=1`` the proposer generates iteration t+1 while the
-sandbox evaluates t, so iteration t+1's parent comes from a snapshot one iteration old (recorded as
-staleness). The snapshot rule is fixed, not timing-dependent, so runs stay reproducible.
+One iteration is one island step. With ``pipeline_depth=D`` up to D generated batches are in flight (being
+evaluated, several at once) while the proposer generates the next, and the loop waits for the oldest to commit
+before preparing another (back-pressure: never more than D batches of work queued). The fixed rule that keeps
+runs reproducible for a given depth, whatever the timing and the executor:
+
+* iteration t is prepared (island, parent, inspirations) from the state committed through t-D-1; its
+  staleness is the number of batches of the same island still in flight then;
+* its candidates are first deduplicated against the programs committed when it was submitted (``known_limit``),
+  and evaluated; at commit, in order, those that an earlier in-flight batch committed meanwhile become
+  duplicates of it (``settle``), so the archive holds each program once and is the same at every depth's
+  commit points. The evaluations dropped that way are counted (``in_flight_dups``).
+
+``pipeline_depth=0`` is the sequential loop.
 
 Crash safety: each iteration is one SQLite transaction holding its groups, completions, programs, metrics
 and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined — the already generated next
@@ -14,6 +24,7 @@ import json
 import time
 import queue
 import threading
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -54,6 +65,7 @@ class Batch:
     staleness: int
     completions: list[Completion] = field(default_factory=list)
     gen_seconds: float = 0.0
+    known_limit: int | None = None  # programs with id <= this are the first dedupe's archive (set at submission)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -63,6 +75,7 @@ class Batch:
     @classmethod
     def from_dict(cls, d: dict) -> "Batch":
         d = dict(d)
+        d.setdefault("known_limit", None)
         d["completions"] = [Completion(**c) for c in d["completions"]]
         return cls(**d)
 
@@ -87,6 +100,7 @@ class Outcome:
     n_dup: int
     n_format_error: int
     eval_seconds: float
+    n_in_flight_dup: int = 0                 # evaluated, then found committed by an earlier in-flight batch
 
 
 @dataclass(frozen=True)
@@ -115,9 +129,31 @@ class Triage:
     n_dup: int
 
 
-def triage(completions: list[Completion], parent_code: str, m: int, known: dict[str, int]) -> Triage:
+@dataclass
+class Screened:
+    """A batch after its first dedupe (against the archive at submission) and the evaluation of what was fresh."""
+    batch: Batch
+    triage: Triage
+    evaluations: list[Evaluation]   # one per triage.fresh
+    seconds: float
+
+
+class KnownBefore:
+    """The dedupe map as it was when a batch was submitted: hashes first archived with an id <= limit. The map
+    only grows (the first id of a hash never changes), so this view is fixed while later commits add to it."""
+
+    def __init__(self, known: dict[str, int], limit: int):
+        self.known, self.limit = known, limit
+
+    def get(self, h: str) -> int | None:
+        pid = self.known.get(h)
+        return pid if pid is not None and pid <= self.limit else None
+
+
+def triage(completions: list[Completion], parent_code: str, m: int, known: Any) -> Triage:
     """Parse each completion into m answers, apply each to the parent, and dedupe by normalised AST against the
-    archive (``known``: hash -> program id) and within the batch. Pure: the same inputs give the same triage."""
+    archive (``known.get(hash)`` -> program id or None: a dict or a `KnownBefore`) and within the batch. Pure:
+    the same inputs give the same triage."""
     tri = Triage([], [], [], [], 0)
     fresh_by_hash: dict[str, int] = {}
     for ci, comp in enumerate(completions):
@@ -139,9 +175,10 @@ def triage(completions: list[Completion], parent_code: str, m: int, known: dict[
                 row.append(Slot("zero"))
                 continue
             h = normalized_hash(code)
-            if h in known:
+            pid = known.get(h)
+            if pid is not None:
                 tri.n_dup += 1
-                row.append(Slot("known", known[h]))
+                row.append(Slot("known", pid))
             elif h in fresh_by_hash:
                 tri.n_dup += 1
                 row.append(Slot("fresh", fresh_by_hash[h]))
@@ -151,6 +188,25 @@ def triage(completions: list[Completion], parent_code: str, m: int, known: dict[
                 tri.fresh.append(Candidate(ci, ai, code, h))
         tri.slots.append(row)
     return tri
+
+
+def settle(tri: Triage, known: Any) -> tuple[Triage, list[int]]:
+    """The triage of the same answers against a larger archive (``known`` ⊇ the one ``tri`` was made with): fresh
+    candidates archived meanwhile become duplicates of the archived program. Returns it and the indices of the
+    old ``fresh`` that stay fresh, in order. Equal to re-running `triage` with ``known``, without re-parsing."""
+    now = {}
+    for i, c in enumerate(tri.fresh):
+        pid = known.get(c.ast_hash)
+        if pid is not None:
+            now[i] = pid
+    keep = [i for i in range(len(tri.fresh)) if i not in now]
+    if not now:
+        return tri, keep
+    index = {old: new for new, old in enumerate(keep)}
+    slots = [[Slot("known", now[s.ref]) if s.kind == "fresh" and s.ref in now else
+              Slot("fresh", index[s.ref]) if s.kind == "fresh" else s for s in row] for row in tri.slots]
+    # each fresh candidate had one first occurrence (its later ones were counted as duplicates already)
+    return Triage(tri.answers, slots, [tri.fresh[i] for i in keep], tri.format_errors, tri.n_dup + len(now)), keep
 
 
 def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector: Callable[[int], Any],
@@ -191,7 +247,7 @@ class Campaign:
         self.next_key = 0
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
-        self._pending: Batch | None = None
+        self._pending: list[Batch] = []  # generated, not yet committed, oldest first (kept in the checkpoint)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
 
     # ------------------------------------------------------------------ state
@@ -226,13 +282,15 @@ class Campaign:
             self.backend.load_state(loop["backend"])
         if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
             self.backend.set_policy_version(int(loop["policy_version"]))
-        self._pending = Batch.from_dict(loop["pending"]) if loop.get("pending") else None
+        pending = loop.get("pending") or []
+        pending = [pending] if isinstance(pending, dict) else pending  # runs of depth <= 1 kept one batch
+        self._pending = [Batch.from_dict(b) for b in pending]
         hook = getattr(self.on_iteration, "on_restore", None)
         if hook is not None:
             hook(self)
         return True
 
-    def _checkpoint(self, pending: Batch | None) -> dict:
+    def _checkpoint(self, pending: list[Batch]) -> dict:
         """The state entries to write with this iteration: the loop's cursor, and each island whose members or
         RNG moved since the last commit (usually one), so the cost does not grow with the number of problems."""
         st: dict[str, Any] = {_state_key(k): {"members": self.islands[k].members,
@@ -240,11 +298,11 @@ class Campaign:
         st["loop"] = {"problems": self.order, "next_key": self.next_key,
                       "backend": self.backend.state() if has(self.backend, STATE) else None,
                       "policy_version": getattr(self.backend, "policy_version", 0),
-                      "pending": pending.to_dict() if pending is not None else None}
+                      "pending": [b.to_dict() for b in pending]}
         return st
 
     def _record(self, iteration: int, groups: list[GroupRecord], programs: list[ProgramRecord], metrics: dict,
-                pending: Batch | None) -> list[int]:
+                pending: list[Batch]) -> list[int]:
         ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending))
         self._dirty.clear()
         return ids
@@ -281,7 +339,7 @@ class Campaign:
             if ev.solved:
                 self.solved.setdefault(pid, 0)
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(self.solved)}
-        ids = self._record(0, [], progs, metrics, None)
+        ids = self._record(0, [], progs, metrics, [])
         assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
         self.n_programs += len(ids)
         self.iteration = 0
@@ -323,10 +381,10 @@ class Campaign:
                             metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
                             feedback=pm.feedback or {},
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
-        pending_same = self._pending is not None and (self._pending.problem, self._pending.island) == key
+        stale = sum((b.problem, b.island) == key for b in self._pending)  # its island's batches in flight
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
                      prompt=build_prompt(ctx, style=self.prompt_style, reasoning=self.cfg.sampling.reasoning),
-                     staleness=int(pending_same))
+                     staleness=stale)
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()
@@ -339,12 +397,30 @@ class Campaign:
 
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
-        """parse + apply + dedupe (`triage`) -> evaluate the fresh programs -> records and answer vectors."""
+        """`screen` then `settle_outcome`: what one batch gives, evaluated now (the sequential loop)."""
+        return self.settle_outcome(self.screen(batch))
+
+    def screen(self, batch: Batch) -> Screened:
+        """parse + apply + dedupe against the archive at submission (`triage`) -> evaluate the fresh programs.
+        Runs in an evaluation thread: it reads only what was committed before the batch was submitted."""
         t0 = time.perf_counter()
-        parent = self.cache[batch.parent_id]
-        tri = triage(batch.completions, parent.code, self.cfg.answers, self.known[batch.problem])
+        known: Any = self.known[batch.problem]
+        if batch.known_limit is not None:
+            known = KnownBefore(known, batch.known_limit)
+        tri = triage(batch.completions, self.cache[batch.parent_id].code, self.cfg.answers, known)
         evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
                                            self.cfg.sandbox.eval_timeout) if tri.fresh else []
+        return Screened(batch, tri, evs, time.perf_counter() - t0)
+
+    def settle_outcome(self, s: Screened) -> Outcome:
+        """At commit, in iteration order: dedupe again against everything committed since submission (`settle`),
+        then the program records and answer vectors."""
+        batch, tri, evs = s.batch, s.triage, s.evaluations
+        n_first = len(tri.fresh)
+        if batch.known_limit is not None and batch.known_limit < self.n_programs:
+            tri, keep = settle(tri, self.known[batch.problem])
+            evs = [evs[i] for i in keep]
+        parent = self.cache[batch.parent_id]
         programs, hashes = self._records(batch, tri, evs, parent.vector.size)
         if parent.names is not None:  # named metrics: every answer on the same columns
             vectors = named_answer_vectors(parent, tri.slots, evs, self.cache)
@@ -352,7 +428,7 @@ class Campaign:
             vectors = answer_vectors(tri.slots, evs, lambda pid: self.cache[pid].vector, parent.vector.size)
         return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs, hashes=hashes,
                        n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
-                       eval_seconds=time.perf_counter() - t0)
+                       eval_seconds=s.seconds, n_in_flight_dup=n_first - len(tri.fresh))
 
     def _records(self, batch: Batch, tri: Triage, evs: list[Evaluation],
                  d: int) -> tuple[list[ProgramRecord], list[str | None]]:
@@ -375,7 +451,7 @@ class Campaign:
             hashes.append(None)
         return programs, hashes
 
-    def commit(self, out: Outcome, pending: Batch | None) -> None:
+    def commit(self, out: Outcome, pending: list[Batch]) -> None:
         b = out.batch
         sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p,
                             max_tokens=self.cfg.sampling.max_tokens).to_dict()
@@ -402,7 +478,7 @@ class Campaign:
                    "completions": len(b.completions), "candidates": out.n_candidates, "duplicates": out.n_dup,
                    "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
                    "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
-                   "migrated": migrated, "policy_version": version}
+                   "migrated": migrated, "policy_version": version, "in_flight_dups": out.n_in_flight_dup}
         ids = self._record(b.iteration, [group], out.programs, metrics, pending)
         if ids != list(range(first, first + len(out.programs))):
             raise RuntimeError("archive ids are not sequential: is another process writing this run?")
@@ -428,41 +504,47 @@ class Campaign:
         """Run (or continue) until cfg.iterations island steps are recorded or every problem is retired."""
         if not self._restore():
             self._start()
-        total = self.cfg.iterations
-        depth = self.cfg.pipeline_depth
+        total, depth = self.cfg.iterations, self.cfg.pipeline_depth
         bar = _Progress(self.progress, total, self.iteration)
-        ex = _EvalThread(self.evaluate) if depth else None
-        fut: _EvalThread | None = None  # the thread while it holds a batch
+        lanes = [_EvalThread(self.screen) for _ in range(depth)]  # batch t is evaluated on lane t % depth
+        flight: deque[tuple[Batch, _EvalThread | None]] = deque()
+
+        def submit(b: Batch) -> _EvalThread | None:
+            if b.known_limit is None:  # set at submission: right after the commit that freed its place
+                b.known_limit = self.n_programs
+            return lanes[b.iteration % depth].submit(b) if lanes else None
+
+        def commit_oldest(nxt: Batch | None) -> None:
+            b, lane = flight.popleft()
+            screened = lane.result() if lane is not None else self.screen(b)
+            rest = [x for x, _ in flight] + ([nxt] if nxt is not None else [])
+            self.commit(self.settle_outcome(screened), rest)  # the checkpoint keeps every generated batch
+            self._after_commit(bar)
+
         try:
-            if self._pending is not None:  # generated before the crash, never evaluated
-                if ex is not None:
-                    fut = ex.submit(self._pending)
-                else:
-                    self.commit(self.evaluate(self._pending), None)
-                    self._pending = None
-            t = self.iteration + 1 + (1 if fut is not None else 0)
+            for b in self._pending:  # generated before a crash, never committed: evaluated again, in order
+                flight.append((b, submit(b)))
+            t = self.iteration + 1 + len(flight)
             while True:
+                self._pending = [x for x, _ in flight]
                 nxt = self.prepare(t) if t <= total else None
                 if nxt is not None:
                     self.generate(nxt)
-                if fut is not None:
-                    self.commit(fut.result(), nxt)
-                    fut = None
-                    self._after_commit(bar)
+                if flight and (len(flight) >= depth or nxt is None):  # back-pressure: at most depth in flight
+                    commit_oldest(nxt)
                 if nxt is None:
-                    break
-                if ex is not None:
-                    self._pending = nxt
-                    fut = ex.submit(nxt)
-                else:
-                    self.commit(self.evaluate(nxt), None)
-                    self._after_commit(bar)
+                    if not flight:
+                        break
+                    continue
+                flight.append((nxt, submit(nxt)))
+                if not lanes:  # depth 0: the sequential loop
+                    commit_oldest(None)
                 t += 1
         finally:
-            if ex is not None:
-                ex.close()
+            for lane in lanes:
+                lane.close()
             bar.close()
-        self._pending = None
+        self._pending = []
         return self.summary()
 
     def _after_commit(self, bar: "_Progress") -> None:

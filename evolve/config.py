@@ -236,7 +236,9 @@ class CampaignConfig(StrictModel):
     seed: int = 0
     out: str | None = Field(None, description="run folder (default runs/<timestamp>)")
     retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
-    pipeline_depth: int = Field(1, ge=0, le=1, description="1: generate iteration t+1 while evaluating t")
+    pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
+                                "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
+                                "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
     archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
                                                     "(survives power loss; normal survives kill -9)")
     # sections

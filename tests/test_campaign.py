@@ -104,14 +104,19 @@ def _last_iteration(run: Path) -> int:
     return -1 if it is None else it
 
 
-def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
-    """kill -9 `vevo run` at 20 random moments (some during start-up, most after a random number of new
+@pytest.mark.parametrize("depth,n_kills", [(1, 20), (3, 10)])
+def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_kills):
+    """kill -9 `vevo run` at random moments (some during start-up, most after a random number of new
     iterations, so the kills spread over the run whatever the machine's speed); resume each time; the
-    finished archive equals an uninterrupted run with the same seed."""
+    finished archive equals an uninterrupted run with the same seed and pipeline depth (at depth 3 the
+    checkpoint carries three generated batches, evaluated again after the resume)."""
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("retire_solved: false\n")
-    args = [str(cfg), *IDS, "--proposer", f"replay:{replay}", "--iterations", "2000", "--answers", "3",
+    # at depth 3, 2 islands in all: batches of the same island are in flight together (staleness, and programs
+    # committed by an earlier batch while a later one was evaluated)
+    cfg.write_text(f"retire_solved: false\npipeline_depth: {depth}\n" + ("islands: 1\n" if depth > 1 else ""))
+    ids = IDS if depth == 1 else IDS[:4]
+    args = [str(cfg), *ids, "--proposer", f"replay:{replay}", "--iterations", "2000", "--answers", "3",
             "--group", "2", "--workers", "2", "--seed", "3", "--quiet"]
     ref = tmp_path / "ref"
     vevo("run", *args, "--out", str(ref))
@@ -120,7 +125,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     kills = 0
     last_iter = -1
-    while kills < 20:
+    while kills < n_kills:
         started = (run / "config.yaml").exists()
         cmd = ["run", *args, "--out", str(run)] if not started else ["resume", str(run), "--quiet"]
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *cmd], cwd=str(ROOT), env=env,
@@ -150,7 +155,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
         vevo("resume", str(run), "--quiet")
     else:
         vevo("run", *args, "--out", str(run))
-    assert kills == 20
+    assert kills == n_kills
     from tests.test_sandbox import sandbox_processes
 
     deadline = time.time() + 10  # kill -9 of the orchestrator (process group) left no candidate running
@@ -159,9 +164,15 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path):
     assert sandbox_processes() == []
     a, b = export(ref, tmp_path), export(run, tmp_path)
     assert a == b
-    with Archive(run / "archive.db", readonly=True) as arc:
-        its = [r.iteration for r in arc.metrics_rows()]
-    assert its == list(range(0, len(its)))  # iteration numbering continues without gaps
+    rows = []
+    for r in (ref, run):
+        with Archive(r / "archive.db", readonly=True) as arc:  # per iteration: parents, staleness, dedupe counts
+            rows.append([(m.iteration, {k: v for k, v in m.data.items() if not k.endswith("_seconds")})
+                         for m in arc.metrics_rows()])
+    assert rows[0] == rows[1]
+    if depth > 1:
+        assert max(m["staleness"] for _, m in rows[0][1:]) == 1 and sum(m["in_flight_dups"] for _, m in rows[0][1:])
+    assert [it for it, _ in rows[1]] == list(range(0, len(rows[1])))  # iteration numbering continues, no gaps
 
 
 def test_curves_png_and_csv_match_archive(tmp_path):

@@ -5,20 +5,27 @@ Decisions:
 * One actor per alive node (hard node affinity, ``num_cpus=0`` so it never competes with the node's other work for
   Ray's CPU slots) holds a ``SandboxPool`` of ``workers`` sandboxes: the same jail, namespaces and cgroups as the
   local executor, so every node must run its Ray workers as root, like a local campaign.
-* Problems are put in the object store once and sent to each actor once: the driver remembers which problems an
-  actor holds and hands over references only for new ones; the actor fetches them to its node and keeps them.
+* Problems are put in the object store once and fetched by each actor once: the driver remembers which problems an
+  actor holds (once a chunk of them came back) and hands over references only for the others; the actor fetches
+  them to its node and keeps them.
 * One call's candidates are cut into chunks (one per ready actor, at most ``max_chunk`` candidates each) and results
   are filled by input index, so order and content do not depend on where a candidate ran.
 * A chunk whose actor or node is lost (actor died, node died, object lost) goes back to the queue and runs on
   another actor; each index is filled once, so nothing is lost or counted twice. The campaign commits an
   iteration only when every result of it is in (the archive's atomic iteration stays the unit of commit).
 * Nodes that join later get an actor, started in the background and used once it answers.
+* An actor runs up to ``workers + 1`` chunks at once (a threaded actor; its pool hands each chunk the sandboxes
+  that are free), so small chunks from several calls keep all of a node's sandboxes busy, and one more waits.
+* Several threads may call ``evaluate_many`` at once (a campaign with ``pipeline_depth`` > 1): the node table is
+  shared under one lock, each call keeps its own chunks in flight, and a call that finds every actor at its
+  limit waits for any call to free one. Only ``ray.wait`` and ``ray.get`` run outside the lock.
 """
 from __future__ import annotations
 
 import logging
 import math
 import os
+import threading
 import time
 from collections import deque
 from typing import Iterable
@@ -94,7 +101,8 @@ class SandboxNode:
     def evaluate(self, new: dict[str, list], items: list[tuple[str, str]],
                  time_limit: float | None) -> list[Evaluation]:
         for key, (ref,) in new.items():  # references nested in a dict are not resolved by Ray: fetched here, once
-            self.problems[key] = ray.get(ref)
+            if key not in self.problems:  # chunks running side by side may both carry it
+                self.problems[key] = ray.get(ref)
         return self.pool.evaluate_many([(self.problems[k], code) for k, code in items], time_limit)
 
     def close(self) -> None:
@@ -139,8 +147,11 @@ class RayExecutor:
         self.rerun = 0   # candidates re-run because their node or actor was lost
         self.lost_nodes = 0
         self._last_refresh = 0.0
-        self._refresh()
-        self._wait_ready()
+        self._lock = threading.RLock()
+        self._freed = threading.Condition(self._lock)  # notified when a chunk's result is in
+        with self._lock:
+            self._refresh()
+            self._wait_ready()
 
     # ------------------------------------------------------------------ nodes
     def _refresh(self) -> None:
@@ -153,7 +164,7 @@ class RayExecutor:
             if self.max_nodes is not None and len(self.nodes) >= self.max_nodes:
                 break
             h = SandboxNode.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
-                                    name=None).remote(self.workers, self.hide)
+                                    max_concurrency=self.workers + 1, name=None).remote(self.workers, self.hide)
             self.nodes[nid] = _Node(nid, h, h.info.remote())
 
     def _drop(self, nid: str) -> None:
@@ -210,15 +221,17 @@ class RayExecutor:
         """Wait until n nodes have a ready sandbox actor (benches and tests that need every node warm); returns
         how many are ready then."""
         end = time.monotonic() + timeout
-        while len(self._ready_nodes()) < n and time.monotonic() < end:
-            self._refresh()
-            self._poll_ready(timeout=0.2)
-        return len(self._ready_nodes())
+        with self._lock:
+            while len(self._ready_nodes()) < n and time.monotonic() < end:
+                self._refresh()
+                self._poll_ready(timeout=0.2)
+            return len(self._ready_nodes())
 
     @property
     def isolation(self) -> dict:
         """The sandbox layers active on one ready node (every node runs the same pool code)."""
-        ready = self._ready_nodes()
+        with self._lock:
+            ready = self._ready_nodes()
         return ray.get(ready[0].ready_ref)["isolation"] if ready else {}
 
     # ------------------------------------------------------------------ problems
@@ -236,48 +249,65 @@ class RayExecutor:
     def evaluate_many(self, items: list[tuple[Problem, str]], time_limit: float | None = None) -> list[Evaluation]:
         if not items:
             return []
-        keys = [self._key(p) for p, _ in items]
         out: list[Evaluation | None] = [None] * len(items)
-        n_chunks = max(len(self._wait_ready()), math.ceil(len(items) / self.max_chunk))
+        with self._lock:
+            keys = [self._key(p) for p, _ in items]
+            n_chunks = max(len(self._wait_ready()), math.ceil(len(items) / self.max_chunk))
         size = math.ceil(len(items) / n_chunks)
         todo = deque(list(range(i, min(i + size, len(items)))) for i in range(0, len(items), size))
         flight: dict[ray.ObjectRef, tuple[_Node, list[int]]] = {}
         while todo or flight:
             if todo:
-                ready = self._ready_nodes() if flight else self._wait_ready()
-                while todo and ready:
-                    self._turn += 1  # round robin among the least busy, so small calls spread over the nodes
-                    node = min(ready, key=lambda n: (n.busy, (ready.index(n) - self._turn) % len(ready)))
-                    if node.busy >= 2:  # one running, one queued per actor; the rest waits for results
-                        break
-                    chunk = todo.popleft()
-                    need = {keys[i] for i in chunk} - node.held
-                    new = {k: [self.problems[k][1]] for k in sorted(need)}
-                    ref = node.handle.evaluate.remote(new, [(keys[i], items[i][1]) for i in chunk], time_limit)
-                    node.held |= need
-                    node.busy += 1
-                    flight[ref] = (node, chunk)
+                with self._lock:
+                    self._schedule(todo, flight, keys, items, time_limit)
+                    if not flight:  # every actor is at its limit with other calls' chunks: wait for one
+                        self._freed.wait(timeout=REFRESH_S)
+                        continue
             done, _ = ray.wait(list(flight), num_returns=1, timeout=REFRESH_S)
+            got = {}
             for ref in done:
-                node, chunk = flight.pop(ref)
-                node.busy -= 1
                 try:
-                    evs = ray.get(ref)
+                    got[ref] = ray.get(ref)
                 except LOST:
-                    self._drop(node.node_id)
-                    self.rerun += len(chunk)
-                    todo.appendleft(chunk)
-                    continue
-                for i, ev in zip(chunk, evs):
-                    out[i] = ev
-            if not done or time.monotonic() - self._last_refresh > REFRESH_S:
-                self._refresh()  # a node that left (its refs may still hang a while) or joined
-                for ref, (node, chunk) in list(flight.items()):
-                    if node.node_id not in self.nodes:  # its node is gone: run the chunk elsewhere now
-                        del flight[ref]
+                    got[ref] = None
+            with self._lock:
+                for ref in done:
+                    node, chunk = flight.pop(ref)
+                    node.busy -= 1
+                    if got[ref] is None:
+                        self._drop(node.node_id)
                         self.rerun += len(chunk)
                         todo.appendleft(chunk)
+                        continue
+                    node.held |= {keys[i] for i in chunk}  # sent with every chunk until one has come back
+                    for i, ev in zip(chunk, got[ref]):
+                        out[i] = ev
+                if done:
+                    self._freed.notify_all()
+                if not done or time.monotonic() - self._last_refresh > REFRESH_S:
+                    self._refresh()  # a node that left (its refs may still hang a while) or joined
+                    for ref, (node, chunk) in list(flight.items()):
+                        if node.node_id not in self.nodes:  # its node is gone: run the chunk elsewhere now
+                            del flight[ref]
+                            self.rerun += len(chunk)
+                            todo.appendleft(chunk)
         return out  # type: ignore[return-value]
+
+    def _schedule(self, todo: deque, flight: dict, keys: list[str], items: list[tuple[Problem, str]],
+                  time_limit: float | None) -> None:
+        """Send chunks of one call to the least busy ready actors, up to two chunks in flight per actor."""
+        ready = self._ready_nodes() if flight else self._wait_ready()
+        while todo and ready:
+            self._turn += 1  # round robin among the least busy, so small calls spread over the nodes
+            node = min(ready, key=lambda n: (n.busy, (ready.index(n) - self._turn) % len(ready)))
+            if node.busy > self.workers:  # as many running as it has sandboxes, one queued; the rest waits
+                break
+            chunk = todo.popleft()
+            need = {keys[i] for i in chunk} - node.held
+            new = {k: [self.problems[k][1]] for k in sorted(need)}
+            ref = node.handle.evaluate.remote(new, [(keys[i], items[i][1]) for i in chunk], time_limit)
+            node.busy += 1
+            flight[ref] = (node, chunk)
 
     def close(self) -> None:
         nodes, self.nodes = list(self.nodes.values()), {}

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -54,9 +55,9 @@ def export_csv(run: Path, tmp: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def run_args(replay: Path, seed: int, iterations: int) -> list[str]:
+def run_args(replay: Path, seed: int, iterations: int, depth: int = 1) -> list[str]:
     return [*IDS, "--proposer", f"replay:{replay}", "--iterations", str(iterations), "--answers", "3", "--group",
-            "2", "--workers", "1", "--seed", str(seed), "--quiet"]
+            "2", "--workers", "1", "--seed", str(seed), "--pipeline-depth", str(depth), "--quiet"]
 
 
 def descendants(pid: int) -> list[int]:
@@ -96,24 +97,38 @@ class KillNodeOnCall:
     def __init__(self, inner, cluster, node, at: int):
         self.inner, self.cluster, self.node, self.at, self.calls = inner, cluster, node, at, 0
         self.killed_at: int | None = None
+        self.lock = threading.Lock()  # at pipeline depth > 1 calls come from several threads
+        self.now = self.peak = 0      # calls in progress, and the most at once
 
     def evaluate_many(self, items, time_limit=None):
-        self.calls += 1
-        if self.killed_at is None and self.calls >= self.at and len(items) >= 2:
-            kill_node(self.cluster, self.node)
-            self.killed_at = self.calls
-        return self.inner.evaluate_many(items, time_limit)
+        with self.lock:
+            self.calls += 1
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+            if self.killed_at is None and self.calls >= self.at and len(items) >= 2:
+                kill_node(self.cluster, self.node)
+                self.killed_at = self.calls
+        try:
+            return self.inner.evaluate_many(items, time_limit)
+        finally:
+            with self.lock:
+                self.now -= 1
 
     def close(self):
         self.inner.close()
 
 
-def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path):
+@pytest.mark.parametrize("depth", [1, 3])
+def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path, depth):
+    """At depth 3, three batches are evaluated at once through the one executor (concurrent calls)."""
     from evaluators.ray_executor import RayExecutor
 
     c, extra = cluster
+    if depth > 1:
+        extra = c.add_node(num_cpus=1, object_store_memory=80 * 2**20)  # the depth-1 case killed the first one
+        c.wait_for_nodes()
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
-    vevo("run", *run_args(replay, 5, 30), "--out", str(tmp_path / "local"))
+    vevo("run", *run_args(replay, 5, 30, depth), "--out", str(tmp_path / "local"))
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     try:
         ex = RayExecutor(workers=1)
@@ -121,10 +136,12 @@ def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path):
         wrapped = KillNodeOnCall(ex, c, extra, at=6)
         cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}",
                                  "iterations": 30, "answers": 3, "group": 2, "workers": 1, "seed": 5,
+                                 "pipeline_depth": depth,
                                  "executor": "ray", "ray_address": c.address, "out": str(tmp_path / "ray")})
         start(cfg, progress=False, evaluator=wrapped)
         assert wrapped.killed_at is not None and wrapped.killed_at < wrapped.calls  # mid-run
         assert ex.lost_nodes == 1 and ex.rerun > 0  # the dead node's candidates ran again on the head
+        assert wrapped.peak == depth  # at depth 3, three batches were evaluated at once
         assert len(ex.nodes) == 1
         ex.close()
     finally:
@@ -147,14 +164,15 @@ def _last_iteration(run: Path) -> int:
     return -1 if it is None else it
 
 
-def test_kill_nine_of_a_ray_driver_then_resume(cluster, tmp_path):
+@pytest.mark.parametrize("depth", [1, 3])
+def test_kill_nine_of_a_ray_driver_then_resume(cluster, tmp_path, depth):
     """`vevo run --executor ray --ray-address` killed with -9 after some iterations, twice; `vevo resume` each
-    time; the export equals a local-executor run of the same seed."""
+    time; the export equals a local-executor run of the same seed and depth."""
     c, _ = cluster
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     cfg = tmp_path / "c.yaml"
     cfg.write_text("retire_solved: false\n")
-    args = [str(cfg), *run_args(replay, 3, 120)]
+    args = [str(cfg), *run_args(replay, 3, 120, depth)]
     vevo("run", *args, "--out", str(tmp_path / "ref"))
     run = tmp_path / "killed"
     env = dict(os.environ, PYTHONPATH=str(ROOT), **LOOPBACK_ENV)

@@ -155,9 +155,10 @@ class _Dispatch:
         try:
             for h in list(self.flight):
                 self.attach(h)
-            for h in list(self.flight):
-                if h in self.flight:
-                    self.feed(h)
+            for limit in (1, PIPELINE):  # one job per worker first: k jobs on k workers run side by side
+                for h in list(self.flight):
+                    if h in self.flight:
+                        self.feed(h, limit)
             while any(self.flight.values()) or self.todo:
                 if not self.flight:  # every worker failed to restart
                     for i in self.todo:
@@ -186,10 +187,10 @@ class _Dispatch:
         self.by_fd[fd] = h
         self.poller.register(fd, select.POLLIN)
 
-    def feed(self, h: _WorkerHandle) -> None:
-        """Send queued jobs to h until it has PIPELINE in flight."""
+    def feed(self, h: _WorkerHandle, limit: int = PIPELINE) -> None:
+        """Send queued jobs to h until it has `limit` in flight."""
         q = self.flight[h]
-        while self.todo and len(q) < PIPELINE:
+        while self.todo and len(q) < limit:
             i = self.todo.popleft()
             q.append(i)
             if len(q) == 1:

@@ -7,7 +7,7 @@ import time
 
 
 from evaluators.pool import SandboxPool
-from evaluators.scoring import score
+from evaluators.scoring import build_job, score
 from problems.model import AssertCase, CallCase, Problem, StdioCase
 from tests.conftest import processes_of_uid
 
@@ -208,6 +208,17 @@ def test_concurrent_callers_share_the_pool():
         assert [e.status for e in results["good"]] == ["ok"] * 6
         assert [e.status for e in results["wrong"]] == ["wrong"] * 6
         assert pool.replaced == 0 and pool._idle.qsize() == 2
+
+
+def test_as_many_jobs_as_workers_each_get_a_worker():
+    """k candidates on k idle workers run one per worker (a campaign iteration's few candidates spread over all
+    the sandboxes), seen from inside: each reports the uid of the worker that ran it."""
+    uid = Problem(id="t/uid", seed_code="", entry_point="f", time_limit=2.0, memory_limit_mb=256,
+                  tests=[CallCase((), 0)])
+    with SandboxPool(workers=4) as pool:
+        raws = pool._dispatch([build_job(uid, "import os\ndef f():\n    return os.getuid()\n", None)] * 4)
+        ran_as = {r["records"][1]["v"] for r in raws}
+        assert ran_as == set(pool.uids) and len(ran_as) == 4
 
 
 def test_wedged_worker_is_replaced(monkeypatch):

@@ -524,6 +524,8 @@ class Campaign:
         try:
             for b in self._pending:  # generated before a crash, never committed: evaluated again, in order
                 flight.append((b, submit(b)))
+            while len(flight) > depth:  # a run resumed with a smaller depth (an edited config) drains down to it
+                commit_oldest(None)
             t = self.iteration + 1 + len(flight)
             while True:
                 self._pending = [x for x, _ in flight]

@@ -168,3 +168,48 @@ def test_depth_one_records_no_in_flight_duplicates(tmp_path):
     ms = metric_rows(tmp_path / "one")[1:]
     assert all(m["in_flight_dups"] == 0 for m in ms)
     assert {m["staleness"] for m in ms} == {0}  # two islands alternate: the one in flight is never the same
+
+
+class FailsOnCall(ShuffledPool):
+    """Raises at its n-th call (an executor that breaks mid-run), with other batches in flight."""
+
+    def __init__(self, workers: int, n: int):
+        super().__init__(workers, seed=0)
+        self.fail_at = n
+
+    def evaluate_many(self, items, time_limit=None):
+        with self.lock:
+            fail = self.calls + 1 == self.fail_at
+        if fail:
+            with self.lock:
+                self.calls += 1
+            raise RuntimeError("executor broke")
+        return super().evaluate_many(items, time_limit)
+
+
+def test_an_executor_error_stops_the_run_and_resume_at_another_depth_finishes_it(tmp_path):
+    from evolve.runner import resume
+
+    run = tmp_path / "run"
+    replay = replay_file(tmp_path / "r.jsonl")
+    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}", "iterations": 30,
+                             "islands": 1, "answers": 3, "group": 2, "seed": 0, "pipeline_depth": 4,
+                             "retire_solved": False, "out": str(run)})
+    ev = FailsOnCall(workers=2, n=6)
+    with pytest.raises(RuntimeError, match="executor broke"):
+        start(cfg, progress=False, evaluator=ev)
+    with Archive(run / "archive.db", readonly=True) as a:
+        stopped = a.last_iteration()
+        pending = a.checkpoint()[1]["loop"]["pending"]
+    assert 0 < stopped < 30 and len(pending) == 4  # four generated batches kept, not lost
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text.replace("pipeline_depth: 4", "pipeline_depth: 1"))
+    resume(run, progress=False)
+    with Archive(run / "archive.db", readonly=True) as a:
+        its = [r.iteration for r in a.metrics_rows()]
+        later = [r.data["staleness"] for r in a.metrics_rows() if r.iteration > stopped + 4]
+        rows = a.export_rows()
+    assert its == list(range(31))
+    assert later and set(later) == {0}  # drained to depth 1 first: the two islands alternate, never stale
+    keys = [(r["problem"], r["code_hash"]) for r in rows if r["status"] != "format_error"]
+    assert len(keys) == len(set(keys))

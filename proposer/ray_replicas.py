@@ -295,6 +295,8 @@ class RayVLLMBackend(ReplicatedBackend):
     """``vllm-ray:PATH``: ``replicas`` VLLMBackend actors behind ReplicatedBackend. Other keyword arguments
     (dtype, chat, max_lora_rank, seed, max_model_len, ...) go to each actor's VLLMBackend."""
 
+    seeds_per_sample = True  # a call split over the actors samples what one vllm:PATH engine would have
+
     def __init__(self, path: str | os.PathLike[str], *, replicas: int = 1, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, ray_address: str | None = None, restarts: int = 1,
                  ready_timeout: float = READY_TIMEOUT, cooldown: float = 30.0, enable_sleep_mode: bool = False,

@@ -30,6 +30,7 @@ class ReplicatedBackend(AdapterState):
     """One Backend over several replicas of the same model (each a Backend, e.g. OpenAIBackend)."""
 
     _state_has_calls = False
+    seeds_per_sample = False  # True for replicas that seed each of a prompt's n samples (vLLM engines)
 
     def __init__(self, replicas: list[Any], cooldown: float = 30.0, name: str | None = None):
         if not replicas:
@@ -98,8 +99,11 @@ class ReplicatedBackend(AdapterState):
             start = self._turn
             self._turn += len(prompts)
             self._calls += 1
-        # each prompt keeps the seed it would have had in one call to one replica (seed + index in the call)
-        seeds = [None if sampling.seed is None else sampling.seed + j for j in range(len(prompts))]
+        # each prompt keeps the seed it would have had in one call to one replica: seed + index in the call
+        # (OpenAIBackend), or seed + index * n where the replica seeds each sample (VLLMBackend: sample k of
+        # prompt j draws from seed + j*n + k)
+        step = n if self.seeds_per_sample else 1
+        seeds = [None if sampling.seed is None else sampling.seed + j * step for j in range(len(prompts))]
 
         def one(j: int) -> list[Completion]:
             sp = SamplingParams(**{**sampling.to_dict(), "seed": seeds[j]})

@@ -62,6 +62,7 @@ def main() -> None:
     two = make_backend(f"vllm-ray:{TINY_CHECKPOINT}", replicas=2, **kw)
     t_ray = time.perf_counter() - t0
     one = ReplicatedBackend([two.replicas[0]], name="vllm-ray x1")
+    one.seeds_per_sample, one.chunk_per_replica = two.seeds_per_sample, two.chunk_per_replica
     print(f"start-up: in-process engine {t_local:.1f} s; two actors (in parallel, incl. a local Ray) {t_ray:.1f} s")
     configs = {"vllm: in-process": local, "vllm-ray: 1 replica": one, "vllm-ray: 2 replicas": two}
     sp = SamplingParams(temperature=1.0, max_tokens=args.max_tokens)

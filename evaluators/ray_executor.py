@@ -22,9 +22,7 @@ Decisions:
 """
 from __future__ import annotations
 
-import logging
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -36,53 +34,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from problems.model import Problem
 
 from .errors import ExecutorError
+from .ray_cluster import connect, lost_errors
 from .types import Evaluation
 
-# what a lost actor or node looks like to the driver; anything else raised by an actor is a bug and propagates
-LOST = tuple(getattr(ray.exceptions, n) for n in (
-    "RayActorError", "ActorUnavailableError", "ActorDiedError", "NodeDiedError", "ObjectLostError",
-    "OwnerDiedError", "WorkerCrashedError", "LocalRayletDiedError", "ActorUnschedulableError")
-    if hasattr(ray.exceptions, n))
+LOST = lost_errors()  # what a lost actor or node looks like; anything else an actor raises is a bug and propagates
 REFRESH_S = 2.0       # how often the node list is read again while work is in flight
 NO_NODE_TIMEOUT = 120.0  # seconds with no actor able to take work before giving up
-
-
-def _loopback_only() -> None:
-    """A Ray started here is a one-machine cluster: keep its sockets on 127.0.0.1. Ray would otherwise bind its
-    routable address, and a Ray cluster runs code for whoever reaches it. Ray 2.x reads this switch at import time
-    (its own processes import it anew and inherit the variable; this process's copy is set here)."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    try:
-        from ray._private import ray_constants
-
-        ray_constants.ENABLE_RAY_CLUSTER = False
-    except (ImportError, AttributeError):  # another Ray layout: it binds where it binds
-        pass
-
-
-def _host_port(address: str) -> tuple[str, int]:
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ExecutorError(f"ray: bad address {address!r} (expected HOST:PORT or auto)")
-    return host.strip("[]"), int(port)
-
-
-def _is_loopback(address: str) -> bool:
-    if address == "auto":
-        return False
-    host = _host_port(address)[0]
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
-    """Fail in seconds with one line where ray.init would retry a dead address for minutes."""
-    import socket
-
-    host, port = _host_port(address)
-    try:
-        socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as e:
-        raise ExecutorError(f"ray: cannot reach the cluster at {address}: {e.strerror or e}") from None
 
 
 @ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)
@@ -127,19 +84,7 @@ class RayExecutor:
         self.workers, self.hide, self.max_chunk = max(1, int(workers)), [str(h) for h in hide], max(1, int(max_chunk))
         self.max_nodes = max_nodes
         self.ready_timeout = float(ready_timeout)
-        self._own = False
-        if not ray.is_initialized():
-            if not address or _is_loopback(address):
-                _loopback_only()
-            if address and address != "auto":
-                _check_reachable(address)
-            try:
-                ray.init(address=address or None, include_dashboard=False, logging_level=logging.WARNING,
-                         log_to_driver=False, configure_logging=False)
-            except Exception as e:  # ConnectionError, ValueError, RuntimeError: all one line for the user
-                raise ExecutorError(" ".join(f"ray: cannot connect to {address or 'a new local cluster'}: "
-                                             f"{type(e).__name__}: {e}".split())[:300]) from None
-            self._own = True
+        self._own = connect(address, ExecutorError)
         self.nodes: dict[str, _Node] = {}
         self._gone: set[str] = set()  # nodes whose actor was lost: no new actor there (a restarted node has a new id)
         self.problems: dict[str, tuple[Problem, ray.ObjectRef]] = {}

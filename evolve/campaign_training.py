@@ -83,8 +83,8 @@ class CampaignTrainer:
         self.learner = backend
         if not has(backend, TRAINABLE):
             if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
-                raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH with LoRA, "
-                                    f"not {getattr(backend, 'name', type(backend).__name__)}")
+                raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
+                                    f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
             from proposer.hf import HFBackend
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,

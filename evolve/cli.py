@@ -203,9 +203,9 @@ def _chat_value(text: str | None):
 
 
 def _backend_kw(spec: str, chat: str | None) -> dict:
-    """Keyword arguments for make_backend from `vevo train/eval` flags (chat goes to hf, vllm, openai)."""
+    """Keyword arguments for make_backend from `vevo train/eval` flags (chat goes to hf, vllm, vllm-ray, openai)."""
     kind = "hf" if spec == "tiny" else spec.partition(":")[0]
-    return {"chat": _chat_value(chat)} if chat is not None and kind in ("hf", "vllm", "openai") else {}
+    return {"chat": _chat_value(chat)} if chat is not None and kind in ("hf", "vllm", "vllm-ray", "openai") else {}
 
 
 def _set_overrides(items: list[str]) -> dict:

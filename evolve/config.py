@@ -146,8 +146,9 @@ class ExecutorConfig(StrictModel):
 
     kind: str = Field("local", description="local: a sandbox pool on this machine; ray: one sandbox pool per Ray "
                       "node (the results do not depend on it)")
-    ray_address: str | None = Field(None, description="kind ray: the cluster to join, HOST:PORT or auto (None: "
-                                    "start a local Ray on 127.0.0.1)")
+    ray_address: str | None = Field(None, description="the Ray cluster to join for kind ray and for vllm-ray: "
+                                    "proposers (one cluster serves both), HOST:PORT or auto (None: start a local "
+                                    "Ray on 127.0.0.1)")
 
     @field_validator("kind")
     @classmethod
@@ -217,7 +218,8 @@ class CampaignConfig(StrictModel):
     problems_dir: list[str] = Field(default_factory=list, description="folders of problems; given alone, the "
                                     "campaign runs every problem in them")
     # proposer and search shape
-    proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | openai:URL | replay:FILE")
+    proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | "
+                          "replay:FILE")
     proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU; 1 while the "
                                          "sandbox overlaps generation ran 2.06x faster than 2 (bench/cpu_schedule.py); "
                                          "None: the backend's default")
@@ -229,6 +231,11 @@ class CampaignConfig(StrictModel):
         "without vllm_sleep")
     vllm_sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each "
                              "training step (CUDA only)")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine (vllm:, vllm-ray:)")
+    vllm_replicas: int = Field(1, ge=1, description="vllm-ray:PATH: vLLM engines started as Ray actors "
+                               "(executor.ray_address is the cluster)")
+    vllm_restarts: int = Field(1, ge=0, description="vllm-ray:PATH: new actors started for each replica whose "
+                               "actor is lost")
     iterations: int = Field(50, ge=0)
     islands: int = Field(2, ge=1)
     answers: int = Field(4, ge=1, description="m: answers per completion")
@@ -264,6 +271,9 @@ class CampaignConfig(StrictModel):
         if sel.migration_count > sel.island_capacity:
             raise ValueError(f"'selection.migration_count': {sel.migration_count} exceeds "
                              f"'selection.island_capacity' {sel.island_capacity}")
+        if self.vllm_replicas > 1 and not self.proposer.startswith("vllm-ray:"):
+            raise ValueError(f"'vllm_replicas': {self.vllm_replicas} replicas are started for vllm-ray:PATH "
+                             f"proposers only, not {self.proposer!r}")
         if tr.algo != "none" and self.proposer_dtype == "float16":
             raise ValueError("'proposer_dtype': float16 cannot be trained without loss scaling, which vevo does "
                              "not do; use bfloat16 or float32")

@@ -35,24 +35,28 @@ def resolve_problems(cfg: CampaignConfig):
 
 
 def backend_kwargs(cfg: CampaignConfig) -> dict:
-    """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU)."""
+    """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU, vllm-ray's
+    replicas and Ray cluster)."""
     kind = "hf" if cfg.proposer == "tiny" else cfg.proposer.partition(":")[0]
     kw: dict = {}
-    if kind in ("hf", "vllm", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
+    if kind in ("hf", "vllm", "vllm-ray", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
         kw["chat"] = cfg.sampling.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
     if kind == "hf":
         if cfg.proposer_threads:
             kw["threads"] = cfg.proposer_threads
         if cfg.proposer_dtype != "auto":
             kw["dtype"] = cfg.proposer_dtype
-    if kind == "vllm":
+    if kind in ("vllm", "vllm-ray"):
         kw["dtype"] = cfg.proposer_dtype
         share = cfg.vllm_gpu_memory_utilization
-        if share is None:
-            share = 0.5 if cfg.train.algo != "none" and not cfg.vllm_sleep else 0.85
-        kw.update(gpu_memory_utilization=share, enable_sleep_mode=cfg.vllm_sleep)
+        if share is None:  # vllm-ray: the trainer is on the driver, not in the engines' actors
+            share = 0.5 if cfg.train.algo != "none" and not cfg.vllm_sleep and kind == "vllm" else 0.85
+        kw.update(gpu_memory_utilization=share, enable_sleep_mode=cfg.vllm_sleep,
+                  tensor_parallel_size=cfg.vllm_tensor_parallel_size)
         if cfg.train.algo != "none":
             kw["max_lora_rank"] = max(64, cfg.train.lora_rank)
+    if kind == "vllm-ray":
+        kw.update(replicas=cfg.vllm_replicas, restarts=cfg.vllm_restarts, ray_address=cfg.executor.ray_address)
     return kw
 
 
@@ -88,10 +92,10 @@ def _finish(camp: Campaign) -> dict:
         return camp.run()
     finally:
         camp.close()
+        if hasattr(camp.backend, "close"):  # before the evaluator: a ray executor's close ends the Ray cluster
+            camp.backend.close()              # that vllm-ray engines may share, and they shut down cleanly first
         if getattr(camp, "_own_pool", False):
             camp.evaluator.close()  # type: ignore[attr-defined]
-        if hasattr(camp.backend, "close"):
-            camp.backend.close()
 
 
 def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]:

@@ -7,6 +7,8 @@ Specs::
     vllm:PATH       a local model through the vLLM offline engine (proposer.vllm_backend.VLLMBackend(PATH, **kw))
     openai:URL      any OpenAI-compatible server (proposer.openai_backend.OpenAIBackend(URL, **kw))
     openai:U1,U2    replicas of one model, requests spread, failover (proposer.replicas.ReplicatedBackend)
+    vllm-ray:PATH   vLLM engines of a local model started as Ray actors, behind the same ReplicatedBackend
+                    (proposer.ray_replicas.RayVLLMBackend(PATH, replicas=N, tensor_parallel_size=..., ...))
     replay:FILE     recorded completions, JSONL (proposer.replay.ReplayBackend)
 
 Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
@@ -76,6 +78,12 @@ def _vllm(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     return _optional("proposer.vllm_backend", ("VLLMBackend", "VllmBackend"), spec, str(Path(arg).expanduser()), kw)
 
 
+def _vllm_ray(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
+    if not Path(arg).expanduser().exists():
+        raise BackendError(f"proposer {spec!r}: model path {arg} not found")
+    return _optional("proposer.ray_replicas", ("RayVLLMBackend",), spec, str(Path(arg).expanduser()), kw)
+
+
 def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if "," in arg:  # replicas of one model: openai:URL1,URL2,... (proposer/replicas.py)
         from proposer.replicas import ReplicatedBackend
@@ -90,9 +98,9 @@ def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 # ``capabilities`` set (proposer/base.py), a factory like those above, and register it here or with
 # ``register_backend``. "tiny" is the one spec without an argument.
 BACKENDS: dict[str, Callable[[str, str, dict[str, Any]], Backend]] = {
-    "tiny": _tiny, "hf": _hf, "vllm": _vllm, "openai": _openai, "replay": _replay,
+    "tiny": _tiny, "hf": _hf, "vllm": _vllm, "vllm-ray": _vllm_ray, "openai": _openai, "replay": _replay,
 }
-ARGUMENT = {"hf": "PATH", "vllm": "PATH", "openai": "URL", "replay": "FILE"}  # what follows the colon
+ARGUMENT = {"hf": "PATH", "vllm": "PATH", "vllm-ray": "PATH", "openai": "URL", "replay": "FILE"}  # what follows the colon
 NO_ARGUMENT = {"tiny"}
 
 

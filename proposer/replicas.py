@@ -1,9 +1,10 @@
 """Several proposer servers serving one campaign: ``openai:URL1,URL2,...`` (each a ``vllm serve`` or any
-OpenAI-compatible server of the same model).
+OpenAI-compatible server of the same model), and ``vllm-ray:PATH`` (engines as Ray actors, proposer/ray_replicas.py).
 
 Decisions:
 
-* Requests are spread round robin: a call's prompts are split over the live replicas and run in parallel; a
+* Requests are spread round robin: a call's prompts are split over the live replicas and run in parallel (one
+  request per prompt for servers; one batch per replica with ``chunk_per_replica``, for offline engines); a
   one-prompt call (a campaign iteration) goes to the next replica in turn.
 * The sampling seed travels with the request (the campaign sets it per iteration), so a prompt answered by
   another replica is sampled with the same seed: which replica answered is not part of the result's recipe.
@@ -30,6 +31,8 @@ class ReplicatedBackend(AdapterState):
     """One Backend over several replicas of the same model (each a Backend, e.g. OpenAIBackend)."""
 
     _state_has_calls = False
+    seeds_per_sample = False  # True for replicas that seed each of a prompt's n samples (vLLM engines)
+    chunk_per_replica = False  # True: a call's prompts go as one chunk per live replica, not one per prompt
 
     def __init__(self, replicas: list[Any], cooldown: float = 30.0, name: str | None = None):
         if not replicas:
@@ -94,24 +97,32 @@ class ReplicatedBackend(AdapterState):
         if not prompts:
             return []
         live = self._live() or list(range(len(self.replicas)))
+        # one request per prompt (servers batch concurrent requests themselves), or one contiguous chunk per
+        # live replica (an offline engine batches only what one call hands it)
+        k = min(len(live), len(prompts)) if self.chunk_per_replica else len(prompts)
+        bounds = [(len(prompts) * c // k, len(prompts) * (c + 1) // k) for c in range(k)]
         with self._lock:
             start = self._turn
-            self._turn += len(prompts)
+            self._turn += k
             self._calls += 1
-        # each prompt keeps the seed it would have had in one call to one replica (seed + index in the call)
-        seeds = [None if sampling.seed is None else sampling.seed + j for j in range(len(prompts))]
+        # each prompt keeps the seed it would have had in one call to one replica: seed + index in the call
+        # (OpenAIBackend), or seed + index * n where the replica seeds each sample (VLLMBackend: sample k of
+        # prompt j draws from seed + j*n + k); a chunk starting at j is a call whose base seed is prompt j's
+        step = n if self.seeds_per_sample else 1
 
-        def one(j: int) -> list[Completion]:
-            sp = SamplingParams(**{**sampling.to_dict(), "seed": seeds[j]})
-            i, out = self._on_replica(live[(start + j) % len(live)], lambda r: r.generate([prompts[j]], n, sp))
+        def one(c: int) -> list[list[Completion]]:
+            lo, hi = bounds[c]
+            seed = None if sampling.seed is None else sampling.seed + lo * step
+            sp = SamplingParams(**{**sampling.to_dict(), "seed": seed})
+            i, out = self._on_replica(live[(start + c) % len(live)], lambda r: r.generate(prompts[lo:hi], n, sp))
             with self._lock:
-                self.served[i] += 1
-            return out[0]
+                self.served[i] += hi - lo
+            return out
 
-        if len(prompts) == 1:
-            return [one(0)]
-        with ThreadPoolExecutor(max_workers=min(len(prompts), 4 * len(self.replicas))) as pool:
-            return list(pool.map(one, range(len(prompts))))
+        if k == 1:
+            return one(0)
+        with ThreadPoolExecutor(max_workers=min(k, 4 * len(self.replicas))) as pool:
+            return [g for chunk in pool.map(one, range(k)) for g in chunk]
 
     def set_policy_version(self, v: int) -> None:
         self.policy_version = int(v)

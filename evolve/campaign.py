@@ -12,7 +12,12 @@ runs reproducible for a given depth, whatever the timing and the executor:
   duplicates of it (``settle``), so the archive holds each program once and is the same at every depth's
   commit points. The evaluations dropped that way are counted (``in_flight_dups``).
 
-``pipeline_depth=0`` is the sequential loop.
+``pipeline_depth=0`` is the sequential loop. A proposer that declares CONCURRENT (``openai:`` servers, replicas,
+``vllm-ray:``) also generates the batches in flight at once (t's generation starts as soon as t is prepared): t's
+completions depend only on its prompt, seed and policy version, and before a training step publishes a new
+policy the loop waits until every batch already prepared has its completions, so which policy made a batch is
+fixed too. A checkpoint keeps the batches generated so far; one prepared but not generated is generated again
+on resume (same prompt, same seed) before anything else.
 
 Crash safety: each iteration is one SQLite transaction holding its groups, completions, programs, metrics
 and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined — the already generated next
@@ -25,6 +30,8 @@ import time
 import queue
 import threading
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -36,7 +43,7 @@ from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.errors import VevoError
 from problems.model import Problem
-from proposer.base import STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
 from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
@@ -66,16 +73,21 @@ class Batch:
     completions: list[Completion] = field(default_factory=list)
     gen_seconds: float = 0.0
     known_limit: int | None = None  # programs with id <= this are the first dedupe's archive (set at submission)
+    generated: bool = False         # completions are in (set after them, by the thread that generated them)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["completions"] = [asdict(c) for c in self.completions]
-        return d
+        generated = self.generated  # read first: when it is True the completions are already there
+        comps = self.completions if generated else []
+        d = {f: getattr(self, f) for f in ("iteration", "problem", "island", "parent_id", "inspiration_ids",
+                                           "prompt", "staleness", "gen_seconds", "known_limit")}
+        return {**d, "inspiration_ids": list(self.inspiration_ids), "generated": generated,
+                "completions": [asdict(c) for c in comps]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Batch":
         d = dict(d)
         d.setdefault("known_limit", None)
+        d.setdefault("generated", True)  # checkpoints before concurrent generation kept generated batches only
         d["completions"] = [Completion(**c) for c in d["completions"]]
         return cls(**d)
 
@@ -248,6 +260,7 @@ class Campaign:
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
         self._pending: list[Batch] = []  # generated, not yet committed, oldest first (kept in the checkpoint)
+        self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
 
     # ------------------------------------------------------------------ state
@@ -285,6 +298,9 @@ class Campaign:
         pending = loop.get("pending") or []
         pending = [pending] if isinstance(pending, dict) else pending  # runs of depth <= 1 kept one batch
         self._pending = [Batch.from_dict(b) for b in pending]
+        for b in self._pending:  # prepared, in generation when the run stopped: the same prompt and seed again,
+            if not b.generated:  # before a training step due at this checkpoint publishes a newer policy
+                self.generate(b)
         hook = getattr(self.on_iteration, "on_restore", None)
         if hook is not None:
             hook(self)
@@ -392,8 +408,9 @@ class Campaign:
         sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
                             seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
         out = self.backend.generate([batch.prompt], self.cfg.group, sp)
-        batch.completions = list(out[0]) if out else []
         batch.gen_seconds = time.perf_counter() - t0
+        batch.completions = list(out[0]) if out else []
+        batch.generated = True
 
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
@@ -506,8 +523,11 @@ class Campaign:
             self._start()
         total, depth = self.cfg.iterations, self.cfg.pipeline_depth
         bar = _Progress(self.progress, total, self.iteration)
-        lanes = [_EvalThread(self.screen) for _ in range(depth)]  # batch t is evaluated on lane t % depth
+        concurrent = depth > 1 and has(self.backend, CONCURRENT)  # the batches in flight generated at once
+        gen_pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="vevo-gen") if concurrent else None
+        lanes = [_EvalThread(self._lane_work) for _ in range(depth)]  # batch t goes to lane t % depth
         flight: deque[tuple[Batch, _EvalThread | None]] = deque()
+        self._generating = {}
 
         def submit(b: Batch) -> _EvalThread | None:
             if b.known_limit is None:  # set at submission: right after the commit that freed its place
@@ -530,7 +550,9 @@ class Campaign:
             while True:
                 self._pending = [x for x, _ in flight]
                 nxt = self.prepare(t) if t <= total else None
-                if nxt is not None:
+                if nxt is not None and gen_pool is not None:
+                    self._generating[nxt.iteration] = gen_pool.submit(self.generate, nxt)
+                elif nxt is not None:
                     self.generate(nxt)
                 if flight and (len(flight) >= depth or nxt is None):  # back-pressure: at most depth in flight
                     commit_oldest(nxt)
@@ -545,11 +567,27 @@ class Campaign:
         finally:
             for lane in lanes:
                 lane.close()
+            if gen_pool is not None:
+                gen_pool.shutdown(wait=True, cancel_futures=True)
             bar.close()
         self._pending = []
         return self.summary()
 
+    def _lane_work(self, b: Batch) -> Screened:
+        """In a lane: wait for the batch's generation if it runs in the generation pool, then screen it."""
+        fut = self._generating.get(b.iteration)
+        if fut is not None:
+            fut.result()  # a generation error comes back with the lane's result
+            self._generating.pop(b.iteration, None)
+        elif not b.generated:  # not reached by the loop (resume generates first); kept so no batch goes out empty
+            self.generate(b)
+        return self.screen(b)
+
     def _after_commit(self, bar: "_Progress") -> None:
+        due = getattr(self.on_iteration, "due", None)
+        if self._generating and due is not None and due(self.iteration):
+            # a new policy comes: the batches prepared before it are generated with the old one
+            futures_wait(list(self._generating.values()))
         if bar.bar is not None:
             bar.update(self.iteration, self.n_programs, len(self.solved), len(self.order))
         if self.on_iteration is not None:

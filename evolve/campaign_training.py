@@ -204,8 +204,13 @@ class CampaignTrainer:
         if t > 0 and t % self.cfg.train.every == 0 and self.last_iteration < t:
             self.train(camp, t)
 
+    def due(self, iteration: int) -> bool:
+        """Whether committing `iteration` starts a training step (the campaign first lets generations in flight
+        finish under the current policy)."""
+        return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
+
     def __call__(self, camp: "Campaign", iteration: int) -> None:
-        if iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration:
+        if self.due(iteration):
             self.train(camp, iteration)
 
     def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:

@@ -36,6 +36,8 @@ STATE = "state"            # state() -> dict and load_state(dict): checkpointed 
 VERSIONED = "versioned"    # set_policy_version(v): completions carry the policy version that made them
 ADAPTERS = "adapters"      # load_adapter(path, version): a LoRA adapter saved by a trainer is served next
 TRAINABLE = "trainable"    # .model: the torch module it samples from, trained in place by the trainer
+CONCURRENT = "concurrent"  # generate() may run in several threads at once, and a call's completions depend only
+                           # on its prompts, sampling params (seed) and policy version, not on other calls
 
 
 def has(backend: object, capability: str) -> bool:

@@ -49,7 +49,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from proposer.base import AdapterState, Completion, SamplingParams
+from proposer.base import CONCURRENT, AdapterState, Completion, SamplingParams
 from proposer.errors import BackendError
 
 RETRY_STATUS = frozenset({408, 409, 429})  # and every 5xx
@@ -96,6 +96,8 @@ class _HTTPFailure(Exception):
 
 class OpenAIBackend(AdapterState):
     """Backend protocol over an OpenAI-compatible server (completions or chat API)."""
+
+    capabilities = AdapterState.capabilities | {CONCURRENT}  # the server batches requests; seeds travel with them
 
     def __init__(self, base_url: str, model: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
                  chat: bool = False, timeout: float = 60, max_retries: int = 4, concurrency: int = 8,

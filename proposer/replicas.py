@@ -22,13 +22,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from proposer.base import AdapterState, Completion, SamplingParams
+from proposer.base import CONCURRENT, AdapterState, Completion, SamplingParams
 
 from proposer.errors import BackendError
 
 
 class ReplicatedBackend(AdapterState):
     """One Backend over several replicas of the same model (each a Backend, e.g. OpenAIBackend)."""
+
+    capabilities = AdapterState.capabilities | {CONCURRENT}  # calls from several threads go to several replicas
 
     _state_has_calls = False
     seeds_per_sample = False  # True for replicas that seed each of a prompt's n samples (vLLM engines)

@@ -102,3 +102,127 @@ def test_adapter_updates_reach_every_live_replica(tmp_path):
     finally:
         for s in servers:
             s.stop()
+
+
+class CountingCalls:
+    """Counts generate calls in progress at once on a backend (instrumentation around the real one)."""
+
+    def __init__(self, backend):
+        self.inner, self.lock, self.now, self.peak = backend.generate, threading.Lock(), 0, 0
+        backend.generate = self
+
+    def __call__(self, *args, **kw):
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return self.inner(*args, **kw)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_depth_three_generates_on_both_replicas_at_once_and_matches_one_server(tiny_lm, tmp_path):
+    """A CONCURRENT proposer at pipeline depth 3: the batches in flight are generated at once, spread over the
+    replicas, and the run equals the same depth on one server (which replica answered, and when, is not part of
+    the result)."""
+    one = Server(tiny_lm)
+    try:
+        be = make_backend(f"openai:{one.url}", model=MODEL_NAME, chat=False)
+        start(_cfg(tmp_path / "one", proposer=f"openai:{one.url}", pipeline_depth=3), progress=False, backend=be)
+    finally:
+        one.stop()
+    a, b = Server(tiny_lm, delay=0.1), Server(tiny_lm, delay=0.1)
+    try:
+        rb = make_backend(f"openai:{a.url},{b.url}", model=MODEL_NAME, chat=False)
+        calls = CountingCalls(rb)
+        start(_cfg(tmp_path / "two", proposer=f"openai:{a.url},{b.url}", pipeline_depth=3), progress=False,
+              backend=rb)
+    finally:
+        a.stop()
+        b.stop()
+    assert calls.peak >= 2 and rb.served[0] > 0 and rb.served[1] > 0
+    assert _export(tmp_path / "two")[:2] == _export(tmp_path / "one")[:2]
+
+
+class BreaksAtCall:
+    """A real sandbox pool that raises at its n-th call: the run stops with batches still in generation."""
+
+    def __init__(self, n: int):
+        from evaluators.pool import SandboxPool
+
+        self.pool, self.n, self.calls, self.lock = SandboxPool(workers=1), n, 0, threading.Lock()
+
+    def evaluate_many(self, items, time_limit=None):
+        with self.lock:
+            self.calls += 1
+            if self.calls == self.n:
+                raise RuntimeError("executor broke")
+        return self.pool.evaluate_many(items, time_limit)
+
+    def close(self):
+        self.pool.close()
+
+
+def test_batches_in_generation_at_a_stop_are_generated_again_on_resume(tiny_lm, tmp_path):
+    """Concurrent generation at depth 3 stopped mid-run: the checkpoint holds prepared batches whose completions
+    had not come back; resume generates them (same prompt, same seed) and the run equals an uninterrupted one."""
+    from evolve.runner import resume
+
+    s = Server(tiny_lm, delay=0.3)  # generation slower than evaluation: batches are still generating at commits
+    try:
+        url = f"openai:{s.url}"
+        start(_cfg(tmp_path / "ref", proposer=url, pipeline_depth=3, iterations=8), progress=False,
+              backend=make_backend(url, model=MODEL_NAME, chat=False))
+        run = tmp_path / "stopped"
+        with pytest.raises(RuntimeError, match="executor broke"):
+            start(_cfg(run, proposer=url, pipeline_depth=3, iterations=8), progress=False,
+                  backend=make_backend(url, model=MODEL_NAME, chat=False), evaluator=BreaksAtCall(4))
+        with Archive(run / "archive.db", readonly=True) as arc:
+            pending = arc.checkpoint()[1]["loop"]["pending"]
+        assert pending and not all(b["generated"] for b in pending)
+        assert all(b["completions"] == [] for b in pending if not b["generated"])
+        resume(run, progress=False, backend=make_backend(url, model=MODEL_NAME, chat=False))
+    finally:
+        s.stop()
+    assert _export(run)[:2] == _export(tmp_path / "ref")[:2]
+
+
+def _trained_replicas(a, b):
+    """openai replicas of the tiny model whose weights are also here: the campaign trains a LoRA learner from them
+    (as for vllm-ray:PATH) and publishes each adapter to both servers."""
+    rb = make_backend(f"openai:{a.url},{b.url}", model=MODEL_NAME, chat=False)
+    rb.path = str(TINY_CHECKPOINT)
+    return rb
+
+
+def test_training_with_concurrent_generation_is_reproducible_and_resumes_exactly(tmp_path):
+    """Depth 3, generation on two replicas at once, a VPO step every 3 iterations: before each step publishes a
+    new adapter the loop lets the batches already prepared finish generating under the old one, so which policy
+    made each batch is fixed. Two runs agree, and a run stopped mid-way (batches still generating) and resumed
+    agrees with them, completions' policy versions included."""
+    from evolve.runner import resume
+
+    def groups(run):
+        with Archive(run / "archive.db", readonly=True) as arc:
+            return [(g.iteration, [c.policy_version for c in g.completions], [c.text for c in g.completions])
+                    for g in arc.recent_groups(1000)]
+
+    lm_a, lm_b = TinyLM(TINY_CHECKPOINT), TinyLM(TINY_CHECKPOINT)
+    a, b = Server(lm_a, delay=0.2), Server(lm_b, delay=0.2)
+    kw = dict(proposer=f"openai:{a.url},{b.url}", pipeline_depth=3, iterations=10, train="vpo", train_every=3,
+              temperature=1.0)
+    try:
+        for name in ("r1", "r2"):
+            start(_cfg(tmp_path / name, **kw), progress=False, backend=_trained_replicas(a, b))
+        run = tmp_path / "stopped"
+        with pytest.raises(RuntimeError, match="executor broke"):
+            start(_cfg(run, **kw), progress=False, backend=_trained_replicas(a, b), evaluator=BreaksAtCall(5))
+        resume(run, progress=False, backend=_trained_replicas(a, b))
+    finally:
+        a.stop()
+        b.stop()
+    g1 = groups(tmp_path / "r1")
+    assert max(v for _, vs, _ in g1 for v in vs) >= 2  # two training steps were published and used
+    assert g1 == groups(tmp_path / "r2") == groups(run)
+    assert _export(tmp_path / "r1")[:2] == _export(tmp_path / "r2")[:2] == _export(run)[:2]

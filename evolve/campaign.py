@@ -259,7 +259,7 @@ class Campaign:
         self.next_key = 0
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
-        self._pending: list[Batch] = []  # generated, not yet committed, oldest first (kept in the checkpoint)
+        self._pending: list[Batch] = []  # prepared, not yet committed, oldest first (kept in the checkpoint)
         self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
 
@@ -538,7 +538,7 @@ class Campaign:
             b, lane = flight.popleft()
             screened = lane.result() if lane is not None else self.screen(b)
             rest = [x for x, _ in flight] + ([nxt] if nxt is not None else [])
-            self.commit(self.settle_outcome(screened), rest)  # the checkpoint keeps every generated batch
+            self.commit(self.settle_outcome(screened), rest)  # the checkpoint keeps every batch in flight
             self._after_commit(bar)
 
         try:

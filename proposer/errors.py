@@ -5,6 +5,12 @@ from __future__ import annotations
 from problems.errors import VevoError
 
 
+def one_line(exc: BaseException | str, limit: int = 240) -> str:
+    """An exception or message as one line of at most `limit` characters (its type name when it says nothing)."""
+    s = " ".join(str(exc).split()) or type(exc).__name__
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
 class BackendError(VevoError):
     """A proposer backend cannot be built or used; str() is one line meant for the user."""
 

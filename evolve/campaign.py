@@ -20,8 +20,7 @@ fixed too. A checkpoint keeps the batches generated so far; one prepared but not
 on resume (same prompt, same seed) before anything else.
 
 Crash safety: each iteration is one SQLite transaction holding its groups, completions, programs, metrics
-and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined — the already generated next
-batch). ``resume`` restores the last checkpoint and continues exactly where the uninterrupted run would.
+and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined — the batches in flight). ``resume`` restores the last checkpoint and continues exactly where the uninterrupted run would.
 """
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -77,11 +76,9 @@ class Batch:
 
     def to_dict(self) -> dict:
         generated = self.generated  # read first: when it is True the completions are already there
-        comps = self.completions if generated else []
-        d = {f: getattr(self, f) for f in ("iteration", "problem", "island", "parent_id", "inspiration_ids",
-                                           "prompt", "staleness", "gen_seconds", "known_limit")}
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         return {**d, "inspiration_ids": list(self.inspiration_ids), "generated": generated,
-                "completions": [asdict(c) for c in comps]}
+                "completions": [asdict(c) for c in (self.completions if generated else [])]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Batch":
@@ -579,8 +576,6 @@ class Campaign:
         if fut is not None:
             fut.result()  # a generation error comes back with the lane's result
             self._generating.pop(b.iteration, None)
-        elif not b.generated:  # not reached by the loop (resume generates first); kept so no batch goes out empty
-            self.generate(b)
         return self.screen(b)
 
     def _after_commit(self, bar: "_Progress") -> None:

@@ -3,6 +3,11 @@ from pathlib import Path
 
 import pytest
 
+# Ray picks the machine's routable address for a node unless told it is single-machine: every test cluster keeps
+# its sockets on the loopback interface. Ray 2.x reads this when it is first imported, by whichever test module
+# imports it first, so it is set here, before any of them (and inherited by the `vevo` subprocesses).
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
 DATA = SHARED / "data"
 

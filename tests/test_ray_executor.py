@@ -8,23 +8,18 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-# Ray picks the machine's routable address for a node unless told it is single-machine: keep every Ray socket on
-# the loopback interface (this variable is how Ray 2.x decides "not a multi-machine cluster"; read at import).
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-os.environ.update(LOOPBACK_ENV)
-ray = pytest.importorskip("ray")
+ray = pytest.importorskip("ray")  # on 127.0.0.1 only: tests/conftest.py sets Ray's single-machine switch
 
 from evolve.archive import Archive  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from problems.suites import SUITES  # noqa: E402
-from tests.campaign_helpers import ROOT, pbe_replay, vevo  # noqa: E402
+from tests.campaign_helpers import ROOT, InFlight, last_iteration, pbe_replay, vevo  # noqa: E402
 
 PBE = SUITES["pbe"]()
 PROBS = [p for p in PBE if p.split == "heldout"][:3] + [p for p in PBE if p.split == "train"][:2]
@@ -95,24 +90,17 @@ class KillNodeOnCall:
     know yet, so that call's chunk for the node is lost in flight and must run again on the head."""
 
     def __init__(self, inner, cluster, node, at: int):
-        self.inner, self.cluster, self.node, self.at, self.calls = inner, cluster, node, at, 0
+        self.inner, self.cluster, self.node, self.at = inner, cluster, node, at
         self.killed_at: int | None = None
-        self.lock = threading.Lock()  # at pipeline depth > 1 calls come from several threads
-        self.now = self.peak = 0      # calls in progress, and the most at once
+        self.inflight = InFlight()  # at pipeline depth > 1 calls come from several threads
 
     def evaluate_many(self, items, time_limit=None):
-        with self.lock:
-            self.calls += 1
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-            if self.killed_at is None and self.calls >= self.at and len(items) >= 2:
-                kill_node(self.cluster, self.node)
-                self.killed_at = self.calls
-        try:
+        with self.inflight as c:
+            with c.lock:
+                if self.killed_at is None and c.calls >= self.at and len(items) >= 2:
+                    kill_node(self.cluster, self.node)
+                    self.killed_at = c.calls
             return self.inner.evaluate_many(items, time_limit)
-        finally:
-            with self.lock:
-                self.now -= 1
 
     def close(self):
         self.inner.close()
@@ -139,9 +127,9 @@ def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path, de
                                  "pipeline_depth": depth,
                                  "executor": "ray", "ray_address": c.address, "out": str(tmp_path / "ray")})
         start(cfg, progress=False, evaluator=wrapped)
-        assert wrapped.killed_at is not None and wrapped.killed_at < wrapped.calls  # mid-run
+        assert wrapped.killed_at is not None and wrapped.killed_at < wrapped.inflight.calls  # mid-run
         assert ex.lost_nodes == 1 and ex.rerun > 0  # the dead node's candidates ran again on the head
-        assert wrapped.peak == depth  # at depth 3, three batches were evaluated at once
+        assert wrapped.inflight.peak == depth  # at depth 3, three batches were evaluated at once
         assert len(ex.nodes) == 1
         ex.close()
     finally:
@@ -155,15 +143,6 @@ def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path, de
     assert its[0] == its[1] == list(range(len(its[0])))
 
 
-def _last_iteration(run: Path) -> int:
-    try:
-        with Archive(run / "archive.db", readonly=True) as a:
-            it = a.last_iteration()
-    except Exception:
-        return -1
-    return -1 if it is None else it
-
-
 @pytest.mark.parametrize("depth", [1, 3])
 def test_kill_nine_of_a_ray_driver_then_resume(cluster, tmp_path, depth):
     """`vevo run --executor ray --ray-address` killed with -9 after some iterations, twice; `vevo resume` each
@@ -175,14 +154,14 @@ def test_kill_nine_of_a_ray_driver_then_resume(cluster, tmp_path, depth):
     args = [str(cfg), *run_args(replay, 3, 120, depth)]
     vevo("run", *args, "--out", str(tmp_path / "ref"))
     run = tmp_path / "killed"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **LOOPBACK_ENV)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     for k, target in enumerate((10, 50)):
         cmd = (["run", *args, "--executor", "ray", "--ray-address", c.address, "--out", str(run)] if k == 0
                else ["resume", str(run), "--quiet"])
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *cmd], cwd=str(ROOT), env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         end = time.time() + 120
-        while p.poll() is None and _last_iteration(run) < target and time.time() < end:
+        while p.poll() is None and last_iteration(run) < target and time.time() < end:
             time.sleep(0.01)
         assert p.poll() is None, p.stderr.read().decode()[-3000:]
         os.killpg(p.pid, signal.SIGKILL)

@@ -5,14 +5,12 @@ actor as bytes (each loads it from its own temp dir) and a restarted actor gets 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # keep the test cluster on 127.0.0.1 (read at import)
 pytest.importorskip("vllm")
 ray = pytest.importorskip("ray")
 

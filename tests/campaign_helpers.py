@@ -1,12 +1,17 @@
-"""Shared builders for campaign tests: replay files made from real problems, CLI runner."""
+"""Shared builders for campaign tests: replay files made from real problems, CLI runner, and the small
+instruments the concurrency tests put around real parts (calls in flight, an executor that breaks, waiting for
+a run's progress)."""
 from __future__ import annotations
 
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+from evolve.archive import Archive
 from proposer.parsing import format_answers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,3 +48,62 @@ def vevo(*args: str, timeout: float = 300, check: bool = True) -> subprocess.Com
     if check and r.returncode != 0:
         raise AssertionError(f"vevo {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     return r
+
+
+class InFlight:
+    """Counts calls in progress at once: ``with counter:`` around each call; ``calls``, ``now``, ``peak``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.calls = self.now = self.peak = 0
+
+    def __enter__(self) -> "InFlight":
+        with self.lock:
+            self.calls += 1
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+class BreaksAtCall:
+    """An evaluator (around a real one) that raises at its n-th call: an executor breaking mid-run, with other
+    batches in flight."""
+
+    def __init__(self, inner, n: int):
+        self.inner, self.n, self.calls, self.lock = inner, n, 0, threading.Lock()
+
+    def evaluate_many(self, items, time_limit=None):
+        with self.lock:
+            self.calls += 1
+            if self.calls == self.n:
+                raise RuntimeError("executor broke")
+        return self.inner.evaluate_many(items, time_limit)
+
+    def close(self):
+        self.inner.close()
+
+
+def last_iteration(run: Path) -> int:
+    """The run's last committed iteration; -1 while it has none or its archive is still being created."""
+    if not (run / "archive.db").exists():
+        return -1
+    try:
+        with Archive(run / "archive.db", readonly=True) as a:
+            it = a.last_iteration()
+    except Exception:  # the file is being created
+        return -1
+    return -1 if it is None else it
+
+
+def wait_for_iteration(run: Path, k: int, timeout: float, poll: float = 0.02) -> bool:
+    """Whether the run committed iteration k within timeout seconds."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if last_iteration(run) >= k:
+            return True
+        time.sleep(poll)
+    return False

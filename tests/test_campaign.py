@@ -15,7 +15,7 @@ import pytest
 
 from evolve.archive import Archive
 from problems.suites import SUITES
-from tests.campaign_helpers import ROOT, pbe_replay, tail, vevo
+from tests.campaign_helpers import ROOT, last_iteration, pbe_replay, tail, vevo
 from tests.test_sandbox import HOSTILE
 
 PBE = SUITES["pbe"]()
@@ -93,17 +93,6 @@ def test_campaign_with_hostile_candidates_finishes(tmp_path):
     assert counts.get("timeout", 0) >= 1 and counts.get("crash", 0) >= 1
 
 
-def _last_iteration(run: Path) -> int:
-    if not (run / "archive.db").exists():
-        return -1
-    try:
-        with Archive(run / "archive.db", readonly=True) as a:
-            it = a.last_iteration()
-    except Exception:  # the file is being created
-        return -1
-    return -1 if it is None else it
-
-
 @pytest.mark.parametrize("depth,n_kills", [(1, 20), (3, 10)])
 def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_kills):
     """kill -9 `vevo run` at random moments (some during start-up, most after a random number of new
@@ -135,7 +124,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_ki
         else:  # after a random number of newly committed iterations, at a random moment inside the next
             target = max(last_iter, 0) + rng.randint(1, 30)
             end = time.time() + 60
-            while p.poll() is None and _last_iteration(run) < target and time.time() < end:
+            while p.poll() is None and last_iteration(run) < target and time.time() < end:
                 time.sleep(0.005)
             time.sleep(rng.uniform(0, 0.02))
         if p.poll() is not None:  # finished before the kill: nothing left to interrupt

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import threading
 import time
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from proposer.base import Completion
 from proposer.mutate import normalized_hash
 from proposer.parsing import format_answers
 from proposer.replay import ReplayBackend
-from tests.campaign_helpers import tail
+from tests.campaign_helpers import BreaksAtCall, InFlight, tail
 
 PBE = SUITES["pbe"]()
 PROBS = [p for p in PBE if p.split == "train"][:2]
@@ -93,21 +92,14 @@ class ShuffledPool:
     def __init__(self, workers: int, seed: int):
         self.pool = SandboxPool(workers=workers)
         self.rng = random.Random(seed)
-        self.lock = threading.Lock()
-        self.now = self.peak = self.calls = 0
+        self.inflight = InFlight()
 
     def evaluate_many(self, items, time_limit=None):
-        with self.lock:
-            self.now += 1
-            self.calls += 1
-            self.peak = max(self.peak, self.now)
-            delay = self.rng.uniform(0, 0.08)
-        try:
+        with self.inflight:
+            with self.inflight.lock:
+                delay = self.rng.uniform(0, 0.08)
             time.sleep(delay)
             return self.pool.evaluate_many(items, time_limit)
-        finally:
-            with self.lock:
-                self.now -= 1
 
     def close(self):
         self.pool.close()
@@ -151,7 +143,7 @@ def test_depth_four_is_reproducible_bounded_and_never_archives_a_program_twice(t
     lead = [seed - committed for seed, committed in backend.seen]
     assert max(lead) == 5 and all(x <= 5 for x in lead)
     assert [s for s, _ in backend.seen] == list(range(1, 41))
-    assert ev.peak == 4 and ev_b.peak <= 4  # four batches evaluated at once, never more
+    assert ev.inflight.peak == 4 and ev_b.inflight.peak <= 4  # four batches evaluated at once, never more
     per_problem = {}
     for r in a:
         if r["status"] != "format_error" and r["iteration"] > 0:
@@ -164,27 +156,10 @@ def test_depth_four_is_reproducible_bounded_and_never_archives_a_program_twice(t
 
 def test_depth_one_records_no_in_flight_duplicates(tmp_path):
     a, backend, ev = run_depth(tmp_path, "one", 1, delay_seed=3)
-    assert max(s - c for s, c in backend.seen) == 2 and ev.peak == 1
+    assert max(s - c for s, c in backend.seen) == 2 and ev.inflight.peak == 1
     ms = metric_rows(tmp_path / "one")[1:]
     assert all(m["in_flight_dups"] == 0 for m in ms)
     assert {m["staleness"] for m in ms} == {0}  # two islands alternate: the one in flight is never the same
-
-
-class FailsOnCall(ShuffledPool):
-    """Raises at its n-th call (an executor that breaks mid-run), with other batches in flight."""
-
-    def __init__(self, workers: int, n: int):
-        super().__init__(workers, seed=0)
-        self.fail_at = n
-
-    def evaluate_many(self, items, time_limit=None):
-        with self.lock:
-            fail = self.calls + 1 == self.fail_at
-        if fail:
-            with self.lock:
-                self.calls += 1
-            raise RuntimeError("executor broke")
-        return super().evaluate_many(items, time_limit)
 
 
 def test_an_executor_error_stops_the_run_and_resume_at_another_depth_finishes_it(tmp_path):
@@ -195,7 +170,7 @@ def test_an_executor_error_stops_the_run_and_resume_at_another_depth_finishes_it
     cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}", "iterations": 30,
                              "islands": 1, "answers": 3, "group": 2, "seed": 0, "pipeline_depth": 4,
                              "retire_solved": False, "out": str(run)})
-    ev = FailsOnCall(workers=2, n=6)
+    ev = BreaksAtCall(ShuffledPool(workers=2, seed=0), 6)
     with pytest.raises(RuntimeError, match="executor broke"):
         start(cfg, progress=False, evaluator=ev)
     with Archive(run / "archive.db", readonly=True) as a:

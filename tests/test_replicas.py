@@ -4,19 +4,20 @@ killed mid-run loses no iteration and changes no result, LoRA updates reach ever
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from evaluators.pool import SandboxPool  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
 from proposer.base import SamplingParams  # noqa: E402
 from proposer.replicas import ReplicatedBackend  # noqa: E402
+from tests.campaign_helpers import BreaksAtCall, InFlight, wait_for_iteration  # noqa: E402
 from tests.test_openai_backend import MODEL_NAME, Server, TinyLM, build_tiny_llama, make_lora_adapter  # noqa: E402
 
 PROBLEMS = ["pbe/int-0", "pbe/list-1"]
@@ -53,15 +54,7 @@ def test_two_replicas_serve_a_campaign_and_one_dies_mid_run(tiny_lm, tmp_path):
     stopped = threading.Event()
 
     def kill_b_after_iteration_2():
-        end = time.time() + 300
-        while time.time() < end:
-            try:
-                with Archive(run / "archive.db", readonly=True) as arc:
-                    if (arc.last_iteration() or 0) >= 2:
-                        break
-            except Exception:
-                pass
-            time.sleep(0.02)
+        wait_for_iteration(run, 2, timeout=300)
         b.stop()
         stopped.set()
 
@@ -108,18 +101,12 @@ class CountingCalls:
     """Counts generate calls in progress at once on a backend (instrumentation around the real one)."""
 
     def __init__(self, backend):
-        self.inner, self.lock, self.now, self.peak = backend.generate, threading.Lock(), 0, 0
+        self.inner, self.inflight = backend.generate, InFlight()
         backend.generate = self
 
     def __call__(self, *args, **kw):
-        with self.lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-        try:
+        with self.inflight:
             return self.inner(*args, **kw)
-        finally:
-            with self.lock:
-                self.now -= 1
 
 
 def test_depth_three_generates_on_both_replicas_at_once_and_matches_one_server(tiny_lm, tmp_path):
@@ -141,27 +128,8 @@ def test_depth_three_generates_on_both_replicas_at_once_and_matches_one_server(t
     finally:
         a.stop()
         b.stop()
-    assert calls.peak >= 2 and rb.served[0] > 0 and rb.served[1] > 0
+    assert calls.inflight.peak >= 2 and rb.served[0] > 0 and rb.served[1] > 0
     assert _export(tmp_path / "two")[:2] == _export(tmp_path / "one")[:2]
-
-
-class BreaksAtCall:
-    """A real sandbox pool that raises at its n-th call: the run stops with batches still in generation."""
-
-    def __init__(self, n: int):
-        from evaluators.pool import SandboxPool
-
-        self.pool, self.n, self.calls, self.lock = SandboxPool(workers=1), n, 0, threading.Lock()
-
-    def evaluate_many(self, items, time_limit=None):
-        with self.lock:
-            self.calls += 1
-            if self.calls == self.n:
-                raise RuntimeError("executor broke")
-        return self.pool.evaluate_many(items, time_limit)
-
-    def close(self):
-        self.pool.close()
 
 
 def test_batches_in_generation_at_a_stop_are_generated_again_on_resume(tiny_lm, tmp_path):
@@ -177,7 +145,8 @@ def test_batches_in_generation_at_a_stop_are_generated_again_on_resume(tiny_lm, 
         run = tmp_path / "stopped"
         with pytest.raises(RuntimeError, match="executor broke"):
             start(_cfg(run, proposer=url, pipeline_depth=3, iterations=8), progress=False,
-                  backend=make_backend(url, model=MODEL_NAME, chat=False), evaluator=BreaksAtCall(4))
+                  backend=make_backend(url, model=MODEL_NAME, chat=False),
+                  evaluator=BreaksAtCall(SandboxPool(workers=1), 4))
         with Archive(run / "archive.db", readonly=True) as arc:
             pending = arc.checkpoint()[1]["loop"]["pending"]
         assert pending and not all(b["generated"] for b in pending)
@@ -217,7 +186,8 @@ def test_training_with_concurrent_generation_is_reproducible_and_resumes_exactly
             start(_cfg(tmp_path / name, **kw), progress=False, backend=_trained_replicas(a, b))
         run = tmp_path / "stopped"
         with pytest.raises(RuntimeError, match="executor broke"):
-            start(_cfg(run, **kw), progress=False, backend=_trained_replicas(a, b), evaluator=BreaksAtCall(5))
+            start(_cfg(run, **kw), progress=False, backend=_trained_replicas(a, b),
+                  evaluator=BreaksAtCall(SandboxPool(workers=1), 5))
         resume(run, progress=False, backend=_trained_replicas(a, b))
     finally:
         a.stop()

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import threading
-import time
 
 import pytest
 
@@ -17,7 +13,7 @@ pytest.importorskip("vllm")
 
 from evolve.archive import Archive  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT  # noqa: E402
-from tests.campaign_helpers import ROOT, vevo  # noqa: E402
+from tests.campaign_helpers import vevo, wait_for_iteration  # noqa: E402
 
 
 def test_two_vllm_replicas_one_killed_mid_run(tmp_path):
@@ -35,15 +31,7 @@ def test_two_vllm_replicas_one_killed_mid_run(tmp_path):
         killed = threading.Event()
 
         def kill_b():
-            end = time.time() + 600
-            while time.time() < end:
-                try:
-                    with Archive(run / "archive.db", readonly=True) as a:
-                        if (a.last_iteration() or 0) >= 3:
-                            break
-                except Exception:
-                    pass
-                time.sleep(0.05)
+            wait_for_iteration(run, 3, timeout=600, poll=0.05)
             doomed.close()  # terminates replica b's server process
             killed.set()
 

@@ -43,6 +43,7 @@ from problems import metrics as metric_columns
 from problems.errors import VevoError
 from problems.model import Problem
 from proposer.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer import naming
 from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
@@ -159,11 +160,14 @@ class KnownBefore:
         return pid if pid is not None and pid <= self.limit else None
 
 
-def triage(completions: list[Completion], parent_code: str, m: int, known: Any) -> Triage:
+def triage(completions: list[Completion], parent_code: str, m: int, known: Any,
+           renaming: naming.Renaming | None = None) -> Triage:
     """Parse each completion into m answers, apply each to the parent, and dedupe by normalised AST against the
-    archive (``known.get(hash)`` -> program id or None: a dict or a `KnownBefore`) and within the batch. Pure:
+    archive (``known.get(hash)`` -> program id or None: a dict or a `KnownBefore`) and within the batch. With a
+    ``renaming`` the answers are in the model's names: applied to the renamed parent, then renamed back. Pure:
     the same inputs give the same triage."""
     tri = Triage([], [], [], [], 0)
+    shown = renaming.to_model(parent_code) if renaming is not None else parent_code
     fresh_by_hash: dict[str, int] = {}
     for ci, comp in enumerate(completions):
         parsed = parse_answers(comp.text, m)
@@ -178,7 +182,8 @@ def triage(completions: list[Completion], parent_code: str, m: int, known: Any) 
                 row.append(Slot("zero"))
                 continue
             try:
-                code = apply_answer(parent_code, a)
+                code = apply_answer(shown, a)
+                code = renaming.from_model(code) if renaming is not None else code
             except MutationError as e:
                 tri.format_errors.append(FormatError(ci, ai, a.body, str(e)))
                 row.append(Slot("zero"))
@@ -256,6 +261,7 @@ class Campaign:
         self.next_key = 0
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
+        self.model_entry = naming.entry_name(backend)  # the function name the proposer writes (tiny: "f")
         self._pending: list[Batch] = []  # prepared, not yet committed, oldest first (kept in the checkpoint)
         self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
@@ -395,6 +401,7 @@ class Campaign:
                             feedback=pm.feedback or {},
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         stale = sum((b.problem, b.island) == key for b in self._pending)  # its island's batches in flight
+        ctx = naming.present(ctx, self._renaming(problem.id, pm.code))
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
                      prompt=build_prompt(ctx, style=self.prompt_style, reasoning=self.cfg.sampling.reasoning),
                      staleness=stale)
@@ -409,6 +416,10 @@ class Campaign:
         batch.completions = list(out[0]) if out else []
         batch.generated = True
 
+    def _renaming(self, problem: str, parent_code: str) -> naming.Renaming | None:
+        """The problem's entry point shown under the proposer's own name, when it declares one."""
+        return naming.Renaming.make(self.problems[problem].entry_point, self.model_entry, parent_code)
+
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
         """`screen` then `settle_outcome`: what one batch gives, evaluated now (the sequential loop)."""
@@ -421,7 +432,8 @@ class Campaign:
         known: Any = self.known[batch.problem]
         if batch.known_limit is not None:
             known = KnownBefore(known, batch.known_limit)
-        tri = triage(batch.completions, self.cache[batch.parent_id].code, self.cfg.answers, known)
+        code = self.cache[batch.parent_id].code
+        tri = triage(batch.completions, code, self.cfg.answers, known, self._renaming(batch.problem, code))
         evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
                                            self.cfg.sandbox.eval_timeout) if tri.fresh else []
         return Screened(batch, tri, evs, time.perf_counter() - t0)

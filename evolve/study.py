@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,9 @@ from problems.model import Problem
 from proposer.base import SamplingParams
 from proposer.base import TRAINABLE, has
 from proposer.errors import TrainingError
+from proposer.backends import PRETRAIN_RECORD
 from proposer.estimators import ESTIMATORS
+from proposer.files import honour_umask
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 from proposer.rewards import comparable_reward, reward_diversity
@@ -120,6 +123,10 @@ def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict
     merged.save_pretrained(str(out))
     backend.tokenizer.save_pretrained(str(out))
     (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
+    base = getattr(backend, "path", None)  # the base's pretraining record: tells loaders which names it knows
+    if base is not None and (Path(base) / PRETRAIN_RECORD).is_file():
+        shutil.copyfile(Path(base) / PRETRAIN_RECORD, out / PRETRAIN_RECORD)
+    honour_umask(out)
     if lora:
         backend.model = merged
 

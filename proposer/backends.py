@@ -25,6 +25,8 @@ from proposer.base import Backend
 from proposer.errors import BackendError
 
 TINY_CHECKPOINT = Path(__file__).resolve().parent / "tiny" / "checkpoint"
+TINY_ENTRY_NAME = "f"  # the only function name in the tiny model's pretraining corpus (proposer/naming.py)
+PRETRAIN_RECORD = "pretrain.json"  # written by `vevo pretrain`: a model that learnt the tiny corpus
 
 
 def _optional(module: str, names: tuple[str, ...], spec: str, arg: str, kw: dict[str, Any]) -> Backend:
@@ -48,7 +50,9 @@ def _tiny(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     from proposer.hf import HFBackend
 
     kw.setdefault("name", "tiny")
-    return HFBackend(TINY_CHECKPOINT, **kw)
+    backend = HFBackend(TINY_CHECKPOINT, **kw)
+    backend.entry_name = TINY_ENTRY_NAME  # type: ignore[attr-defined]
+    return backend
 
 
 def _hf(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
@@ -56,7 +60,10 @@ def _hf(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
         raise BackendError(f"proposer {spec!r}: model folder {arg} not found")
     from proposer.hf import HFBackend
 
-    return HFBackend(Path(arg).expanduser(), **kw)
+    backend = HFBackend(Path(arg).expanduser(), **kw)
+    if (Path(arg).expanduser() / PRETRAIN_RECORD).is_file():  # `vevo pretrain` output, or `vevo train` of it
+        backend.entry_name = TINY_ENTRY_NAME  # type: ignore[attr-defined]
+    return backend
 
 
 def _replay(arg: str, spec: str, kw: dict[str, Any]) -> Backend:

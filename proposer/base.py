@@ -47,7 +47,10 @@ def has(backend: object, capability: str) -> bool:
 
 class Backend(Protocol):
     """generate(prompts, n) returns, for each prompt, a list of n completions (one group). Optional abilities
-    are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE) and implemented as named there."""
+    are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE) and implemented as named there.
+    A backend whose model only ever learnt one function name may set ``entry_name`` (the tiny one: "f"): the
+    campaign then shows each problem's entry point under that name and renames answers back
+    (``proposer/naming.py``)."""
 
     name: str
     policy_version: int

@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from proposer.base import Completion
+from proposer.files import honour_umask
 
 LOG_RATIO_CLAMP = 20.0  # as veRL: exp of at most e^20
 
@@ -463,4 +464,5 @@ class PolicyTrainer:
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(str(path))
+        honour_umask(path)
         return path

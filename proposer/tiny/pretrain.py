@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+from proposer.files import honour_umask
+
 CONTEXT = 1024
 
 
@@ -149,6 +151,7 @@ def save_checkpoint(model, tok, out: Path) -> None:
     cfg = json.loads(cfg_path.read_text())
     cfg["dtype"] = "float32"
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    honour_umask(out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -725,6 +725,12 @@ class Archive:
                 out[pr] = {"program_id": pid, "iteration": it, "scalar": float(sc), "solved": bool(sv), "status": st}
         return out
 
+    def warnings(self) -> list[tuple[int, str]]:
+        """(iteration, text) of every run-health warning the campaign raised (``evolve/health.py``), in order."""
+        rows = self._query("SELECT iteration, data FROM metrics WHERE instr(data, '\"warnings\"') > 0 "
+                           "ORDER BY iteration")
+        return [(it, str(w)) for it, d in rows for w in (json.loads(d).get("warnings") or [])]
+
     def progress_rows(self) -> list[ProgressRow]:
         """The few columns curves need, one row per evaluated program, in evaluation order."""
         return [ProgressRow(p, it, e, float(s), bool(v)) for p, it, e, s, v in self._query(

@@ -25,6 +25,7 @@ and a checkpoint (islands, RNG streams, proposer cursor, and — when pipelined 
 from __future__ import annotations
 
 import json
+import sys
 import time
 import queue
 import threading
@@ -48,7 +49,7 @@ from proposer.mutate import MutationError, apply_answer, normalized_hash
 from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
-from . import feedback, selection
+from . import feedback, health, selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
@@ -262,6 +263,7 @@ class Campaign:
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
         self.model_entry = naming.entry_name(backend)  # the function name the proposer writes (tiny: "f")
+        self.health = health.Health(stall=max(20, cfg.iterations // 4))
         self._pending: list[Batch] = []  # prepared, not yet committed, oldest first (kept in the checkpoint)
         self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
@@ -280,9 +282,11 @@ class Campaign:
         for pid in loop["problems"]:
             if pid not in self.problems:
                 raise ResumeError(f"run was started with problem {pid!r}, which is not available now")
+        outcomes: dict[int, list[health.Outcome]] = {}
         for row in self.archive.programs():
             if row.problem not in self.problems or row.iteration > it:
                 continue
+            outcomes.setdefault(row.iteration, []).append(_outcome(row.problem, row.evaluation))
             self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
             if row.solved:
                 self.solved.setdefault(row.problem, row.iteration)  # rows come in id order: the first is earliest
@@ -294,6 +298,10 @@ class Campaign:
             self.rngs[key].bit_generator.state = entry["rng"]
         self.next_key = loop["next_key"]
         self.iteration = it
+        for m in self.archive.metrics_rows():  # the health monitor sees the same iterations again, silently
+            if m.iteration <= it:
+                self.health.observe(health.observation(m.iteration, m.data, self.cfg.answers,
+                                                       outcomes.get(m.iteration, [])))
         if loop.get("backend") is not None and has(self.backend, STATE):
             self.backend.load_state(loop["backend"])
         if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
@@ -358,6 +366,8 @@ class Campaign:
             if ev.solved:
                 self.solved.setdefault(pid, 0)
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(self.solved)}
+        self.health.observe(health.observation(0, metrics, self.cfg.answers,
+                                               [_outcome(p.problem, p.evaluation) for p in progs]))
         ids = self._record(0, [], progs, metrics, [])
         assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
         self.n_programs += len(ids)
@@ -505,7 +515,13 @@ class Campaign:
                    "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
                    "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
                    "migrated": migrated, "policy_version": version, "in_flight_dups": out.n_in_flight_dup}
+        warnings = self.health.observe(health.observation(b.iteration, metrics, self.cfg.answers,
+                                                          [_outcome(p.problem, p.evaluation) for p in out.programs]))
+        if warnings:
+            metrics["warnings"] = warnings
         ids = self._record(b.iteration, [group], out.programs, metrics, pending)
+        for w in warnings:  # once recorded: `runs show` lists them too
+            print(health.PREFIX + w, file=sys.stderr, flush=True)
         if ids != list(range(first, first + len(out.programs))):
             raise RuntimeError("archive ids are not sequential: is another process writing this run?")
         self.n_programs += len(ids)
@@ -648,7 +664,13 @@ def summarize(archive: Archive) -> dict:
     solved = archive.solved_problems()
     return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
             "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
-            "status_counts": archive.status_counts(), "best": archive.best_programs()}
+            "status_counts": archive.status_counts(), "best": archive.best_programs(),
+            "warnings": [{"iteration": it, "text": w} for it, w in archive.warnings()],
+            "skipped_problems": json.loads(archive.get_meta("skipped_problems", "[]") or "[]")}
+
+
+def _outcome(problem: str, ev: Evaluation) -> health.Outcome:
+    return health.Outcome(problem, ev.status, float(ev.scalar), health.error_text(ev.status, ev.artifacts))
 
 
 def _state_key(key: tuple[str, int]) -> str:

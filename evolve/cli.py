@@ -258,8 +258,13 @@ def cmd_resume(args) -> int:
 
 
 def _print_summary(run_dir: Path, s: dict) -> None:
+    skipped = s.get("skipped_problems") or []
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
-          f"solved {s['solved']}/{s['problems']} problems")
+          f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else ""))
+    for line in skipped:
+        print(f"  skipped {printable(line, False)}")
+    for w in s.get("warnings") or []:
+        print(f"  warning at iteration {w['iteration']}: {printable(w['text'], False)}")
     print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
     for pid, b in sorted(s.get("best", {}).items()):
         print(f"  best {printable(pid, False)}: {b['scalar']:.6g} (program {b['program_id']}, iteration "

@@ -2,6 +2,8 @@
 the optional trainer. `start` makes a new run directory; `resume` continues one from its own config."""
 from __future__ import annotations
 
+import json
+import sys
 import time
 from pathlib import Path
 
@@ -19,19 +21,32 @@ class RunError(VevoError):
     """One-line user-facing error about a run directory."""
 
 
-def resolve_problems(cfg: CampaignConfig):
-    """The campaign's problems: the suite and ids given; with neither, every problem in `problems_dir`."""
+def resolve_problems(cfg: CampaignConfig, skipped: list[str] | None = None):
+    """The campaign's problems: the suite and ids given; with neither, every problem in `problems_dir` (then
+    ``skipped``, when given, gets one line per folder there that could not be loaded)."""
     reg = discover(cfg.problems_dir)
     if cfg.suite or cfg.problems:
         probs = reg.select(suite=cfg.suite, ids=cfg.problems)
     else:
         probs = [reg.problems[pid] for pid in reg.from_dirs]
+        if skipped is not None:
+            roots = [Path(d).resolve() for d in cfg.problems_dir]
+            skipped += [str(e) for e in reg.errors if _under(getattr(e, "where", ""), roots)]
+            skipped += [f"{folder}: {why}" for folder, why in reg.skipped if _under(folder, roots)]
         if not probs:
             why = "; ".join(str(e) for e in reg.errors[:3])
             raise RunError(f"no problems found in {', '.join(cfg.problems_dir)}" + (f" ({why})" if why else ""))
     if not probs:
         raise RunError("no problems selected")
     return probs
+
+
+def _under(path: object, roots: list[Path]) -> bool:
+    try:
+        p = Path(str(path)).resolve()
+    except (OSError, ValueError):
+        return False
+    return any(p == r or r in p.parents for r in roots)
 
 
 def backend_kwargs(cfg: CampaignConfig) -> dict:
@@ -63,7 +78,10 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
     from evaluators.executor import make_executor
 
-    probs = resolve_problems(cfg)
+    skipped: list[str] = []
+    probs = resolve_problems(cfg, skipped)
+    for line in skipped:  # a broken problem folder is named, never silently dropped
+        print(f"warning: skipped problem {line}", file=sys.stderr, flush=True)
     own_pool = evaluator is None
     if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
@@ -83,6 +101,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
 
         on_iteration = CampaignTrainer(cfg, run_dir, backend)
     camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)
+    camp.archive.set_meta("skipped_problems", json.dumps(skipped))
     camp._own_pool = own_pool  # type: ignore[attr-defined]
     return camp
 
@@ -103,9 +122,18 @@ def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]
     run_dir = Path(cfg.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     if (run_dir / "archive.db").exists():
         raise RunError(f"{run_dir}: already holds a run (continue it with `vevo resume {run_dir}`)")
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_NAME).write_text(config_to_yaml(cfg), encoding="utf-8")
-    return run_dir, _finish(open_campaign(cfg, run_dir, progress, **kw))
+    try:
+        camp = open_campaign(cfg, run_dir, progress, **kw)
+    except BaseException:  # nothing ran (bad proposer, no problems, ...): leave no half-made run folder behind
+        if not (run_dir / "archive.db").exists():
+            (run_dir / CONFIG_NAME).unlink(missing_ok=True)
+            if created and not any(run_dir.iterdir()):
+                run_dir.rmdir()
+        raise
+    return run_dir, _finish(camp)
 
 
 def resume(run_dir: str | Path, progress: bool = True, iterations: int | None = None, **kw) -> dict:

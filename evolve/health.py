@@ -1,0 +1,144 @@
+"""Run health: notice a campaign that is going nowhere and say why, once per cause.
+
+Fed one `Observation` per committed iteration (the campaign's commit path, and on resume the archive's
+iterations again, so a resumed run warns exactly as the uninterrupted one), `Health.observe` returns the new
+warnings, one line each:
+
+* **same failure**: of the last ``window`` evaluated candidates (at least ``min_candidates``), a share
+  >= ``share`` failed with the same status and message (e.g. every answer calls a function the problem does not
+  define); the line names the status, the message and the share. Once per (status, message).
+* **duplicates**: of the last ``answer_window`` answers (at least ``min_answers``), a share >= ``share`` repeated
+  a program already evaluated (the proposer has stopped exploring).
+* **unusable**: the same share of answers were empty, unparseable or could not be applied to their parent; the
+  line names the most common reason.
+* **stall**: no problem's best score rose for ``stall`` iterations in a row.
+
+Pure: no I/O, no clock; the same observations give the same warnings.
+"""
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+PREFIX = "warning: "
+_MSG_CHARS = 200
+
+
+def error_text(status: str, artifacts: dict) -> str:
+    """One line saying why a program failed: the load or format error, else the first failing test's message,
+    else how the process ended ("" when nothing was reported)."""
+    for key in ("error", "first_error", "exit"):
+        text = artifacts.get(key)
+        if text:
+            return " ".join(str(text).split())
+    return ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One program an iteration committed: its problem, status, score and `error_text`."""
+    problem: str
+    status: str
+    scalar: float
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    iteration: int
+    answers: int             # answer slots asked for (completions x m)
+    duplicates: int          # answers that repeated a program already evaluated (or one of the same batch)
+    programs: tuple[Outcome, ...] = ()  # evaluated candidates and format errors (status "format_error")
+
+
+def observation(iteration: int, metrics: dict, m: int, programs: list[Outcome]) -> Observation:
+    """An iteration's observation from its metrics row (as the campaign records it) and its programs."""
+    return Observation(iteration=iteration, answers=int(metrics.get("completions", 0)) * max(int(m), 1),
+                       duplicates=int(metrics.get("duplicates", 0)), programs=tuple(programs))
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MSG_CHARS else text[: _MSG_CHARS - 3] + "..."
+
+
+@dataclass
+class Health:
+    window: int = 50
+    min_candidates: int = 20
+    answer_window: int = 200
+    min_answers: int = 40
+    share: float = 0.8
+    stall: int = 50
+    _failures: deque = field(default_factory=deque)     # (status, message) of recent candidates; None = passed
+    _answers: deque = field(default_factory=deque)      # "dup" | "bad" | "new" per recent answer slot
+    _bad_reasons: deque = field(default_factory=deque)  # messages of recent unusable answers
+    _best: dict = field(default_factory=dict)
+    _last_gain: int = 0
+    _said: set = field(default_factory=set)
+
+    def observe(self, obs: Observation) -> list[str]:
+        """The warnings this iteration raises for the first time (without the ``warning: `` prefix)."""
+        if obs.iteration == 0:  # the seeds: where improvement is measured from, not proposer output
+            for p in obs.programs:
+                self._best[p.problem] = max(p.scalar, self._best.get(p.problem, p.scalar))
+            return []
+        gained = False
+        n_format = 0
+        for p in obs.programs:
+            if p.status == "format_error":
+                n_format += 1
+                self._bad_reasons.append(p.error or "unusable answer")
+                continue
+            old = self._best.get(p.problem)
+            if old is None or p.scalar > old:
+                gained |= old is not None
+                self._best[p.problem] = p.scalar
+            failed = p.status != "ok" and (p.error or p.status != "wrong")  # a plain wrong answer is search
+            self._failures.append((p.status, p.error) if failed else None)
+        if gained:
+            self._last_gain = obs.iteration
+        candidates = sum(p.status != "format_error" for p in obs.programs)
+        unusable = max(obs.answers - obs.duplicates - candidates, n_format)
+        self._answers.extend(["dup"] * obs.duplicates + ["bad"] * unusable + ["new"] * candidates)
+        for q, cap in ((self._failures, self.window), (self._answers, self.answer_window),
+                       (self._bad_reasons, self.answer_window)):
+            while len(q) > cap:
+                q.popleft()
+        out = self._same_failure()
+        out += self._answer_shares()
+        if self.stall > 0 and obs.iteration - self._last_gain >= self.stall and "stall" not in self._said:
+            self._said.add("stall")
+            best = ", ".join(f"{k} {v:.3g}" for k, v in sorted(self._best.items())[:3])
+            more = f" (+{len(self._best) - 3} more)" if len(self._best) > 3 else ""
+            out.append(f"no improvement for {obs.iteration - self._last_gain} iterations (best so far: {best}{more})")
+        return out
+
+    def _same_failure(self) -> list[str]:
+        n = len(self._failures)
+        if n < self.min_candidates:
+            return []
+        top = Counter(k for k in self._failures if k is not None).most_common(1)
+        if not top or top[0][1] < self.share * n or ("failure",) + top[0][0] in self._said:
+            return []
+        (status, message), count = top[0]
+        self._said.add(("failure", status, message))
+        why = f"{status}: {_short(message)}" if message else status
+        return [f"{count / n:.0%} of the last {n} candidates failed the same way: {why}"]
+
+    def _answer_shares(self) -> list[str]:
+        n = len(self._answers)
+        if n < self.min_answers:
+            return []
+        counts = Counter(self._answers)
+        out = []
+        if counts["dup"] >= self.share * n and "duplicates" not in self._said:
+            self._said.add("duplicates")
+            out.append(f"{counts['dup'] / n:.0%} of the last {n} answers repeat programs already evaluated "
+                       "(the proposer has stopped exploring: more temperature, or a different proposer)")
+        if counts["bad"] >= self.share * n and "unusable" not in self._said:
+            self._said.add("unusable")
+            reason = Counter(self._bad_reasons).most_common(1)
+            why = f"; most often: {_short(reason[0][0])}" if reason else ""
+            out.append(f"{counts['bad'] / n:.0%} of the last {n} answers were empty, unparseable or did not apply "
+                       f"to their parent{why}")
+        return out

@@ -37,3 +37,13 @@ class Evaluation:
     @classmethod
     def failed(cls, status: str, n_tests: int, **artifacts: Any) -> "Evaluation":
         return cls(vector=[0.0] * n_tests, scalar=0.0, solved=False, status=status, artifacts=artifacts)
+
+
+def error_text(artifacts: dict[str, Any]) -> str:
+    """One line saying why a program failed: its load, syntax or format error, else the first failing test's
+    message, else how its process ended ("" when nothing was reported)."""
+    for key in ("error", "first_error", "exit"):
+        text = artifacts.get(key)
+        if text:
+            return " ".join(str(text).split())
+    return ""

@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from evaluators.types import Evaluation
+from evaluators.types import Evaluation, error_text
 from problems.errors import VevoError
 from proposer.base import Completion, SamplingParams
 
@@ -736,10 +736,18 @@ class Archive:
         return [ProgressRow(p, it, e, float(s), bool(v)) for p, it, e, s, v in self._query(
             "SELECT problem, iteration, eval_index, scalar, solved FROM programs ORDER BY eval_index")]
 
-    def export_rows(self) -> list[dict[str, Any]]:
-        """One plain row per evaluated program, in id order: what two runs of the same seed must agree on."""
-        return [{"problem": p, "island": isl, "iteration": it, "status": st, "scalar": float(s),
-                 "solved": bool(sv), "vector": json.loads(v), "code_hash": h}
-                for p, isl, it, st, s, sv, v, h in self._query(
-                    "SELECT problem, island, iteration, status, scalar, solved, vector, code_hash FROM programs "
-                    "ORDER BY id")]
+    def export_rows(self, detail: bool = False) -> list[dict[str, Any]]:
+        """One plain row per evaluated program, in id order: what two runs of the same seed must agree on.
+        ``detail`` adds what people read (``vevo export``): id, parent_id (None for seeds), code, error."""
+        rows = []
+        for pid, p, isl, it, st, s, sv, v, h, parents, code, arts in self._query(
+                "SELECT id, problem, island, iteration, status, scalar, solved, vector, code_hash, parent_ids, code, "
+                "artifacts FROM programs ORDER BY id"):
+            row = {"problem": p, "island": isl, "iteration": it, "status": st, "scalar": float(s),
+                   "solved": bool(sv), "vector": json.loads(v), "code_hash": h}
+            if detail:
+                parent_ids = json.loads(parents)
+                row.update(id=pid, parent_id=parent_ids[0] if parent_ids else None, code=code,
+                           error=error_text(json.loads(arts)))
+            rows.append(row)
+        return rows

@@ -670,7 +670,7 @@ def summarize(archive: Archive) -> dict:
 
 
 def _outcome(problem: str, ev: Evaluation) -> health.Outcome:
-    return health.Outcome(problem, ev.status, float(ev.scalar), health.error_text(ev.status, ev.artifacts))
+    return health.Outcome(problem, ev.status, float(ev.scalar), health.error_text(ev.artifacts))
 
 
 def _state_key(key: tuple[str, int]) -> str:

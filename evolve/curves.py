@@ -169,9 +169,12 @@ def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path, band:
                     lo, hi = [r[f"{key}_min"] for r in rs], [r[f"{key}_max"] for r in rs]
                 ax.fill_between(xs, lo, hi, step="post", alpha=0.2, color=line.get_color(), linewidth=0)
         ax.set_xlabel(x)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations and evaluations are counts
         ax.set_ylabel(title)
         ax.grid(alpha=0.3)
     panels[0].yaxis.set_major_locator(MaxNLocator(integer=True))
+    lo, hi = panels[0].get_ylim()  # a flat curve (nothing solved yet) spans +-0.05: integer ticks need a range
+    panels[0].set_ylim(min(lo, -0.05), max(hi, 1.05))
     panels[0].legend(loc="best")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

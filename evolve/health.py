@@ -20,18 +20,10 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from evaluators.types import error_text  # noqa: F401 - the one definition of a program's error line
+
 PREFIX = "warning: "
 _MSG_CHARS = 200
-
-
-def error_text(status: str, artifacts: dict) -> str:
-    """One line saying why a program failed: the load or format error, else the first failing test's message,
-    else how the process ended ("" when nothing was reported)."""
-    for key in ("error", "first_error", "exit"):
-        text = artifacts.get(key)
-        if text:
-            return " ".join(str(text).split())
-    return ""
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]
     run_dir = Path(cfg.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     if (run_dir / "archive.db").exists():
         raise RunError(f"{run_dir}: already holds a run (continue it with `vevo resume {run_dir}`)")
-    created = not run_dir.exists()
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # folders this start creates
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_NAME).write_text(config_to_yaml(cfg), encoding="utf-8")
     try:
@@ -130,8 +130,10 @@ def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]
     except BaseException:  # nothing ran (bad proposer, no problems, ...): leave no half-made run folder behind
         if not (run_dir / "archive.db").exists():
             (run_dir / CONFIG_NAME).unlink(missing_ok=True)
-            if created and not any(run_dir.iterdir()):
-                run_dir.rmdir()
+            for d in made:  # innermost first; one holding anything else stays
+                if any(d.iterdir()):
+                    break
+                d.rmdir()
         raise
     return run_dir, _finish(camp)
 

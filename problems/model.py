@@ -151,6 +151,20 @@ class Problem:
         return f"{len(t.inputs)} points"
 
 
+def short_title(title: str, n: int = 50) -> str:
+    """``title`` in at most n characters, cut where a reader expects a cut: after a whole step of a pbe
+    composition (" -> "), else after a comma or a word, never inside a token; "..." marks the cut."""
+    t = " ".join(title.split())
+    if len(t) <= n:
+        return t
+    room = t[: n - 3]
+    for sep in (" -> ", ", ", " "):
+        k = room.rfind(sep)
+        if k >= n // 3:
+            return room[:k].rstrip(" ,") + " ..."
+    return room + "..."
+
+
 def _short(s: str, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 

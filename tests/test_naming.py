@@ -1,0 +1,94 @@
+"""The bundled proposer on a problem whose entry point is not `f`: the renaming (pure) and a real campaign."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.campaign import triage
+from evolve.config import load_config
+from evolve.runner import start
+from proposer.base import Completion
+from proposer.naming import Renaming, entry_name, present, rename_code, rename_text
+from proposer.parsing import format_answers
+from proposer.prompting import PromptContext, build_prompt
+from tests.campaign_helpers import vevo
+
+PARENT = '''"""solve() docs stay as written."""
+# EVOLVE-BLOCK-START
+def solve(xs):
+    # solve is recursive here
+    return obj.solve + g(solve=1) + (solve(xs[1:]) if xs else 0)
+# EVOLVE-BLOCK-END
+'''
+
+
+def test_rename_touches_identifiers_only_and_round_trips():
+    ren = Renaming.make("solve", "f", PARENT)
+    shown = ren.to_model(PARENT)
+    assert "def f(xs):" in shown and "(f(xs[1:])" in shown
+    # strings, comments, attributes and keyword arguments keep the name
+    assert '"""solve() docs' in shown and "# solve is" in shown and "obj.solve" in shown and "g(solve=1)" in shown
+    assert ren.from_model(shown) == PARENT
+    a, b = "a, solve = 1, 2\n", "a, f = 1, 2\n"  # a tuple target at statement level is a variable
+    assert rename_code(a, "solve", "f") == b
+    assert rename_text("FAIL solve([1, 2]) == 3; see x.solve", "solve", "f") == "FAIL f([1, 2]) == 3; see x.solve"
+
+
+def test_no_renaming_when_it_would_not_be_exact():
+    assert Renaming.make("f", "f", "def f(x): pass") is None          # already the model's name
+    assert Renaming.make(None, "f", "print(1)") is None                # stdin/stdout problem
+    assert Renaming.make("solve", None, "def solve(x): pass") is None  # the backend knows every name
+    assert Renaming.make("solve", "f", "def solve(x):\n    f = 2\n    return f\n") is None  # f taken in the parent
+    ren = Renaming.make("solve", "f", "def solve(x): pass")
+    # an answer that also uses the problem's name is left as written (renaming would merge two names)
+    assert ren.from_model("def f(x):\n    return solve(x)\n") == "def f(x):\n    return solve(x)\n"
+    assert entry_name(object()) is None
+
+
+def test_prompt_shows_the_models_name_and_triage_maps_answers_back():
+    ctx = PromptContext(problem_id="p", description="Write solve(xs): the sum.", parent_code=PARENT,
+                        parent_vector=[0.0], test_labels=["solve([1, 2]) == 3"],
+                        inspirations=[("def solve(xs):\n    return 1\n", [0.0])], m=2)
+    ren = Renaming.make("solve", "f", PARENT)
+    prompt = build_prompt(present(ctx, ren))
+    assert "solve(" not in prompt.replace('"""solve()', "").replace("obj.solve", "").replace("g(solve=", "")
+    assert "FAIL f([1, 2]) == 3" in prompt and "Write f(xs)" in prompt
+    text = format_answers(["def f(xs):\n    return sum(xs)\n", "def f(xs):\n    return f(xs[:1])\n"])
+    tri = triage([Completion(text=text[len("<answer_1>"):])], PARENT, 2, {}, ren)
+    codes = [c.code for c in tri.fresh]
+    assert len(codes) == 2 and all("def solve(xs):" in c and "def f" not in c for c in codes)
+    assert "return solve(xs[:1])" in codes[1] and codes[0].startswith('"""solve() docs')
+
+
+SUM_OF_SQUARES = '''id = "{name}"
+title = "sum of squares"
+description = "Write solve(xs) for a list of integers xs: square each element, then take the sum of the elements. Return that number."
+entry_point = "solve"
+seed = "seed.py"
+reference = "reference.py"
+'''
+CASES = [([1, 2, 3], 14), ([], 0), ([-2, 5], 29), ([1], 1), ([4, -1], 17), ([0, 1, 0], 1), ([3, 3], 18), ([-5], 25)]
+
+
+def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
+    """The newcomer's path: `vevo problems new`, a small list task in the problem.toml, a short seeded campaign
+    with the bundled proposer. Before the renaming every candidate failed with 'entry point solve not defined'."""
+    vevo("problems", "new", "sq", "--kind", "io", "--dir", str(tmp_path))
+    folder = tmp_path / "sq"
+    toml = SUM_OF_SQUARES.format(name="sq") + "".join(
+        f"\n[[tests]]\nargs = [{xs}]\nexpected = {y}\n" for xs, y in CASES)
+    (folder / "problem.toml").write_text(toml)
+    seed = (folder / "seed.py").read_text().replace("    return 0\n", "    y = sum(xs)\n    return y\n")
+    (folder / "seed.py").write_text(seed)
+    assert "def solve(xs):" in seed
+    vevo("problems", "check", str(folder))
+    cfg = load_config(None, {"problems_dir": [str(tmp_path)], "proposer": "tiny", "iterations": 6, "seed": 0,
+                             "out": str(tmp_path / "run")})
+    _, summary = start(cfg, progress=False)
+    best = summary["best"]["sq"]
+    seed_score = sum(1 for xs, y in CASES if sum(xs) == y) / len(CASES)
+    assert best["scalar"] > seed_score, summary
+    assert best["program_id"] != 1
+    # the archive holds programs in the problem's names
+    r = vevo("runs", "show", str(tmp_path / "run"), "--program", str(best["program_id"]))
+    assert "def solve(xs):" in r.stdout and "def f(" not in r.stdout
+    assert Path(tmp_path / "run" / "config.yaml").is_file()

@@ -21,6 +21,7 @@ from problems.model import Problem
 from proposer.base import SamplingParams
 from proposer.base import TRAINABLE, has
 from proposer.errors import TrainingError
+from proposer import naming
 from proposer.backends import PRETRAIN_RECORD
 from proposer.estimators import ESTIMATORS
 from proposer.files import honour_umask
@@ -32,22 +33,30 @@ from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 from proposer.mutate import MutationError, apply_answer
 
 
-def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact") -> str:
+def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact",
+                alias: str | None = None) -> str:
+    """The prompt for a problem's seed; ``alias``: the function name the model writes (``naming.entry_name``)."""
     labels = [problem.test_label(i) for i in range(problem.n_tests)] or \
         [f"metric {j}" for j in range(len(seed_eval.vector))]
-    return build_prompt(PromptContext(problem_id=problem.id, description=problem.description,
-                                      parent_code=problem.seed_code, parent_vector=list(seed_eval.vector),
-                                      test_labels=labels[: len(seed_eval.vector)], m=m), style=style)
+    ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=problem.seed_code,
+                        parent_vector=list(seed_eval.vector), test_labels=labels[: len(seed_eval.vector)], m=m)
+    return build_prompt(naming.present(ctx, naming.Renaming.make(problem.entry_point, alias, problem.seed_code)),
+                        style=style)
 
 
-def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool) -> tuple[list[np.ndarray], list[Evaluation]]:
-    """Each completion → its (m × d) score matrix; unparseable or inapplicable answers score 0."""
+def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool,
+                      alias: str | None = None) -> tuple[list[np.ndarray], list[Evaluation]]:
+    """Each completion → its (m × d) score matrix; unparseable or inapplicable answers score 0. ``alias``: as
+    for `seed_prompt` (answers are renamed back to the problem's entry point)."""
+    ren = naming.Renaming.make(problem.entry_point, alias, problem.seed_code)
+    parent = ren.to_model(problem.seed_code) if ren is not None else problem.seed_code
     codes, where = [], []
     for ci, text in enumerate(texts):
         for ai, a in enumerate(parse_answers(text, m)):
             if a.kind in ("code", "diff"):
                 try:
-                    codes.append(apply_answer(problem.seed_code, a))
+                    code = apply_answer(parent, a)
+                    codes.append(ren.from_model(code) if ren is not None else code)
                     where.append((ci, ai))
                 except MutationError:
                     pass
@@ -89,13 +98,13 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
     history = []
     for step in range(steps):
         chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
-        prompts = [seed_prompt(problems[i], seeds[i], m, _style(backend)) for i in chosen]
+        prompts = [seed_prompt(problems[i], seeds[i], m, _style(backend), naming.entry_name(backend)) for i in chosen]
         groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                                  seed=seed * 100_003 + step))
         mats, gids, comps = [], [], []
         for gi, (i, comps_i) in enumerate(zip(chosen, groups)):
             d = max(1, len(seeds[i].vector))
-            ms, _ = score_completions(problems[i], [c.text for c in comps_i], m, d, pool)
+            ms, _ = score_completions(problems[i], [c.text for c in comps_i], m, d, pool, naming.entry_name(backend))
             mats += ms
             gids += [gi] * len(ms)
             comps += comps_i
@@ -182,7 +191,7 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
     n = n or 2 * k
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     per: list[dict[str, Any]] = []
-    prompts = [seed_prompt(p, s, m, _style(backend)) for p, s in zip(problems, seeds)]
+    prompts = [seed_prompt(p, s, m, _style(backend), naming.entry_name(backend)) for p, s in zip(problems, seeds)]
     n_comp = math.ceil(n / m)
     groups = backend.generate(prompts, n_comp, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                               seed=seed))
@@ -190,7 +199,7 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
     for p, s, comps in zip(problems, seeds, groups):
         d = max(1, len(s.vector))
         texts = [c.text for c in comps]
-        mats, evs = score_completions(p, texts, m, d, pool)
+        mats, evs = score_completions(p, texts, m, d, pool, naming.entry_name(backend))
         for t in texts:
             for a in parse_answers(t, m):
                 total += 1

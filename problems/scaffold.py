@@ -18,7 +18,8 @@ _REF_FN = "def solve(xs):\n    return sum(x * x for x in xs)\n"
 
 _TOML_IO = '''id = "{id}"
 title = "{name}"
-description = "Return the sum of squares of the integers in xs."
+# worded as the bundled tiny proposer's training tasks are, so `--proposer tiny` can solve it (README)
+description = "Write solve(xs) for a list of integers xs: square each element, then take the sum of the elements. Return that number."
 entry_point = "solve"
 seed = "seed.py"
 reference = "reference.py"

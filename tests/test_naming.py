@@ -1,7 +1,7 @@
 """The bundled proposer on a problem whose entry point is not `f`: the renaming (pure) and a real campaign."""
 from __future__ import annotations
 
-from pathlib import Path
+import json
 
 from evolve.campaign import triage
 from evolve.config import load_config
@@ -59,36 +59,17 @@ def test_prompt_shows_the_models_name_and_triage_maps_answers_back():
     assert "return solve(xs[:1])" in codes[1] and codes[0].startswith('"""solve() docs')
 
 
-SUM_OF_SQUARES = '''id = "{name}"
-title = "sum of squares"
-description = "Write solve(xs) for a list of integers xs: square each element, then take the sum of the elements. Return that number."
-entry_point = "solve"
-seed = "seed.py"
-reference = "reference.py"
-'''
-CASES = [([1, 2, 3], 14), ([], 0), ([-2, 5], 29), ([1], 1), ([4, -1], 17), ([0, 1, 0], 1), ([3, 3], 18), ([-5], 25)]
-
-
 def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
-    """The newcomer's path: `vevo problems new`, a small list task in the problem.toml, a short seeded campaign
-    with the bundled proposer. Before the renaming every candidate failed with 'entry point solve not defined'."""
+    """The newcomer's path: `vevo problems new` (entry point solve), a short seeded campaign with the bundled
+    proposer. Before the renaming every candidate failed with "entry point 'solve' is not defined"."""
     vevo("problems", "new", "sq", "--kind", "io", "--dir", str(tmp_path))
-    folder = tmp_path / "sq"
-    toml = SUM_OF_SQUARES.format(name="sq") + "".join(
-        f"\n[[tests]]\nargs = [{xs}]\nexpected = {y}\n" for xs, y in CASES)
-    (folder / "problem.toml").write_text(toml)
-    seed = (folder / "seed.py").read_text().replace("    return 0\n", "    y = sum(xs)\n    return y\n")
-    (folder / "seed.py").write_text(seed)
-    assert "def solve(xs):" in seed
-    vevo("problems", "check", str(folder))
+    assert "def solve(xs):" in (tmp_path / "sq" / "seed.py").read_text()
     cfg = load_config(None, {"problems_dir": [str(tmp_path)], "proposer": "tiny", "iterations": 6, "seed": 0,
                              "out": str(tmp_path / "run")})
     _, summary = start(cfg, progress=False)
     best = summary["best"]["sq"]
-    seed_score = sum(1 for xs, y in CASES if sum(xs) == y) / len(CASES)
-    assert best["scalar"] > seed_score, summary
-    assert best["program_id"] != 1
+    seed = json.loads(vevo("problems", "check", str(tmp_path / "sq"), "--json").stdout)["seed"]
+    assert best["scalar"] > seed["scalar"], summary
     # the archive holds programs in the problem's names
     r = vevo("runs", "show", str(tmp_path / "run"), "--program", str(best["program_id"]))
     assert "def solve(xs):" in r.stdout and "def f(" not in r.stdout
-    assert Path(tmp_path / "run" / "config.yaml").is_file()

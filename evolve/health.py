@@ -5,7 +5,7 @@ iterations again, so a resumed run warns exactly as the uninterrupted one), `Hea
 warnings, one line each:
 
 * **same failure**: of the last ``window`` evaluated candidates (at least ``min_candidates``), a share
-  >= ``share`` failed with the same status and message (e.g. every answer calls a function the problem does not
+  >= ``failure_share`` failed with the same status and message (e.g. every answer calls a function the problem does not
   define); the line names the status, the message and the share. Once per (status, message).
 * **duplicates**: of the last ``answer_window`` answers (at least ``min_answers``), a share >= ``share`` repeated
   a program already evaluated (the proposer has stopped exploring).
@@ -59,7 +59,8 @@ class Health:
     min_candidates: int = 20
     answer_window: int = 200
     min_answers: int = 40
-    share: float = 0.8
+    share: float = 0.8          # of answers: duplicates, unusable
+    failure_share: float = 0.6  # of candidates: the same (status, message); "most", yet rare in a run that moves
     stall: int = 50
     _failures: deque = field(default_factory=deque)     # (status, message) of recent candidates; None = passed
     _answers: deque = field(default_factory=deque)      # "dup" | "bad" | "new" per recent answer slot
@@ -110,7 +111,7 @@ class Health:
         if n < self.min_candidates:
             return []
         top = Counter(k for k in self._failures if k is not None).most_common(1)
-        if not top or top[0][1] < self.share * n or ("failure",) + top[0][0] in self._said:
+        if not top or top[0][1] < self.failure_share * n or ("failure",) + top[0][0] in self._said:
             return []
         (status, message), count = top[0]
         self._said.add(("failure", status, message))

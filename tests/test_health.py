@@ -25,13 +25,16 @@ def test_same_failure_warns_once_naming_status_message_and_share():
     for i in range(1, 6):
         progs = [Outcome("p", "wrong", 0.0, NAME_ERROR)] * 3 + [Outcome("p", "wrong", 0.0, "")]
         said += [(i, w) for w in h.observe(it(i, progs, answers=4))]
-    # after iteration 3: 12 candidates, 9 alike (75% < 80%)... the plain wrong answers are search, not failure
-    assert len(said) == 0
+    # 75% alike from iteration 3 on: warned once, naming status, message and share
+    assert said == [(3, f"75% of the last 12 candidates failed the same way: wrong: {NAME_ERROR}")]
     h2 = Health(window=20, min_candidates=10, stall=0)
     h2.observe(seeds())
-    out = [w for i in range(1, 8) for w in h2.observe(it(i, [Outcome("p", "crash", 0.0, "ImportError: numpy")] * 4 +
-                                                         [Outcome("p", "wrong", 0.5, "p(1) == 2: got 3")]))]
-    assert out == ["80% of the last 10 candidates failed the same way: crash: ImportError: numpy"]
+    mixed = [Outcome("p", "crash", 0.0, "ImportError: numpy")] * 2 + [Outcome("p", "wrong", 0.5, "p(1) == 2: got 3"),
+                                                                       Outcome("p", "wrong", 0.0, "")]
+    out = [w for i in range(1, 8) for w in h2.observe(it(i, mixed))]
+    assert out == []  # half alike is not "most"; a plain wrong answer (no message) is search, not a failure
+    out = [w for i in range(8, 12) for w in h2.observe(it(i, [Outcome("p", "crash", 0.0, "ImportError: numpy")] * 4))]
+    assert out == ["60% of the last 20 candidates failed the same way: crash: ImportError: numpy"]
 
 
 def test_duplicates_unusable_and_stall():

@@ -45,7 +45,7 @@ def _pool(workers: int = 2, hide=()):
 
 def cmd_problems_list(args) -> int:
     reg = _registry(args)
-    probs = reg.select(suite=args.suite) if args.suite else list(reg.problems.values())
+    probs = reg.select(suite=args.suite) if args.suite else reg.all()
     if args.json:
         for p in probs:
             print(json.dumps({"id": p.id, "suite": p.suite, "split": p.split, "title": p.title,

@@ -212,7 +212,8 @@ def _set_overrides(items: list[str]) -> dict:
     """--set KEY=VALUE (repeatable): any config key, the value read as YAML (1e-4, true, [a, b])."""
     import yaml
 
-    out = {}
+    out: dict = {}
+    dotted: dict = {}
     for item in items or []:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
@@ -223,14 +224,16 @@ def _set_overrides(items: list[str]) -> dict:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
         section, dot, sub_key = key.strip().partition(".")
         if dot:  # train.lr=1e-4: the sectioned spelling
-            out.setdefault(section, {})[sub_key] = value
+            dotted.setdefault(section, {})[sub_key] = value
         else:
             out[key.strip()] = value
-    return out
+    from .config import merge, nest
+
+    return merge(nest(out, "--set"), nest(dotted, "--set"))  # `--set train=grpo --set train.lr=1e-4`: both
 
 
 def cmd_run(args) -> int:
-    from .config import flag_value, load_config, run_flags
+    from .config import flag_value, load_config, merge, nest, run_flags
     from .runner import start
 
     overrides = {}
@@ -238,7 +241,8 @@ def cmd_run(args) -> int:
         v = getattr(args, key, None)
         if v not in (None, []):
             overrides[key] = flag_value(kind, v) if isinstance(v, str) else v
-    overrides.update(_set_overrides(args.set))
+    # sections merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
+    overrides = merge(nest(overrides, "flags"), _set_overrides(args.set))
     cfg = load_config(args.config, overrides)
     if not (cfg.problems or cfg.suite or cfg.problems_dir):
         print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
@@ -278,15 +282,24 @@ def _open_run(run_dir: str):
 def cmd_runs_show(args) -> int:
     from .campaign import summarize
 
+    from .probe import learning
+
     with _open_run(args.run_dir) as a:
         s = summarize(a)
-        s["training_steps"] = len(a.training_rows())
+        rows = a.training_rows()
+        s["training_steps"] = len(rows)
+        s["learning"] = learning(rows)
     if args.json:
         print(json.dumps(s))
     else:
         _print_summary(Path(args.run_dir), s)
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
+        probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
+        if probes:  # fixed problems and seed: differences between probes are the policy's, not the batches'
+            fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            print("probe reward (own / held-out) by policy version: " + ", ".join(
+                f"v{r['step']} {fmt(r['probe_own'])} / {fmt(r['probe_heldout'])}" for r in probes))
     if getattr(args, "code", False):
         with _open_run(args.run_dir) as a:
             for pid, b in sorted(s["best"].items()):
@@ -396,7 +409,7 @@ def cmd_train(args) -> int:
     with _pool(args.workers) as pool:
         hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
                      batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
-                     max_tokens=args.max_tokens)
+                     max_tokens=args.max_tokens, probe_every=args.probe_every)
     if hist:
         key = "mean_set_reward" if "mean_set_reward" in hist[0] else "reward"  # covrl: reference log-likelihood
         print(f"trained {len(hist)} steps: {key.replace('_', ' ')} {hist[0].get(key, 0.0):.3f} -> "
@@ -563,6 +576,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--batch", type=int, default=2, help="problems per step")
             p.add_argument("--lr", type=float, default=1e-3, help="as the run config's train_lr")
             p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+            p.add_argument("--probe-every", dest="probe_every", type=int, default=5, metavar="N",
+                           help="reward of fixed probe problems (own and held-out) every N steps and before the "
+                           "first; 0: off")
             p.add_argument("--out", required=True, metavar="DIR")
         else:
             p.add_argument("--k", type=int, default=30)

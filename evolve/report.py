@@ -22,8 +22,8 @@ from .config import nest
 from .curves import Axis, plot
 
 # Training keys plotted first, in this order; every other numeric key follows alphabetically.
-WELL_KNOWN_KEYS = ("mean_set_reward", "reward_diversity", "loss", "pg_loss", "kl", "mean_abs_dlogp",
-                   "clip_frac", "greedy_changed", "grad_norm", "mean_ratio")
+WELL_KNOWN_KEYS = ("mean_set_reward", "probe_own", "probe_heldout", "reward_diversity", "loss", "pg_loss", "kl",
+                   "mean_abs_dlogp", "clip_frac", "greedy_changed", "grad_norm", "mean_ratio")
 # The x-axis of the training plots, not a diagnostic.
 _AXIS_KEYS = frozenset({"iteration", "step"})
 
@@ -107,7 +107,8 @@ def _is_number(v: Any) -> bool:
 def training_keys(rows: Sequence[TrainingRow]) -> list[str]:
     """Numeric diagnostics present in any step: the well-known ones first, in WELL_KNOWN_KEYS order, then the
     rest alphabetically. Text (algo, skip reasons), booleans and the x-axis keys are left out."""
-    present = {k for r in rows for k, v in r.data.items() if _is_number(v) and k not in _AXIS_KEYS}
+    present = {k for r in rows for k, v in r.data.items()
+               if _is_number(v) and k not in _AXIS_KEYS and not k.endswith("_before")}  # before: the probes' v0
     known = [k for k in WELL_KNOWN_KEYS if k in present]
     return known + sorted(present - set(known))
 

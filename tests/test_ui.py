@@ -324,10 +324,43 @@ def test_token_required_off_loopback(finished):
         stop(explicit, signal.SIGTERM)
 
 
+def test_root_serves_every_run_below_it_to_loopback_hosts_only(finished):
+    proc, url = start_ui("--root", str(finished["root"]))
+    try:
+        status, _, body = get(url, "/api/runs")
+        assert status == 200 and [r["name"] for r in json.loads(body)] == ["run"]
+        port = urlsplit(url).port
+        assert get(url, "/", {"Host": f"localhost:{port}"})[0] == 200
+        assert get(url, "/", {"Host": f"[::1]:{port}"})[0] == 200
+        assert get(url, "/", {"Host": f"evil.example:{port}"})[0] == 403  # DNS rebinding
+    finally:
+        stop(proc)
+
+
+def test_status_follows_the_archive(finished, tmp_path):
+    """finished: budget spent; running: committed lately; crashed: short of its budget and silent."""
+    from evolve.ui.store import IDLE_SECONDS, RunStore
+
+    run = tmp_path / "copy"
+    run.mkdir()
+    with sqlite3.connect(finished["run"] / "archive.db") as src, sqlite3.connect(run / "archive.db") as dst:
+        src.backup(dst)
+        config = json.loads(dst.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
+        config["iterations"] = ITERATIONS + 100
+        dst.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(config),))
+    assert RunStore("orig", finished["run"]).overview()["status"] == "finished"
+    assert RunStore("copy", run).overview()["status"] == "running"
+    old = time.time() - IDLE_SECONDS - 5
+    for f in run.iterdir():
+        os.utime(f, (old, old))
+    assert RunStore("copy", run).overview()["status"] == "crashed"
+
+
 def test_bad_runs_are_one_line_errors(tmp_path):
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "archive.db").write_text("not sqlite")
-    for args in (["ui", str(tmp_path / "junk")], ["ui", str(tmp_path / "nope")]):
+    for args in (["ui", str(tmp_path / "junk")], ["ui", str(tmp_path / "nope")], ["ui"],
+                 ["ui", "--root", str(tmp_path / "nope")], ["ui", "--root", str(tmp_path / "junk")]):
         r = vevo(*args, "--port", "0", check=False, timeout=60)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert r.stderr.startswith("vevo: error: ")

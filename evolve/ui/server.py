@@ -132,6 +132,13 @@ class App:
         raise NotFound
 
 
+def _host_name(host: str) -> str:
+    """The name of a Host header without its port ('[::1]:80' -> '::1')."""
+    if host.startswith("["):
+        return host[1:].split("]", 1)[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
 def _one(query: dict[str, list[str]], key: str, default: str | None = None) -> str | None:
     vals = query.get(key)
     return vals[0] if vals else default
@@ -201,6 +208,11 @@ def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = parse_qs(url.query, keep_blank_values=True)
+            if app.token is None and not is_loopback(_host_name(self.headers.get("Host", ""))):
+                # served without a token only to this machine: a page elsewhere that rebinds its DNS name to
+                # 127.0.0.1 still sends its own name as Host, and is refused
+                self._send(403, "text/plain", b"403: Host must be a loopback name without a token\n")
+                return
             ok, set_cookie = self._authorised(query)
             if not ok:
                 self._send(401, "text/plain", b"401: this vevo ui needs its token (?token=... or X-Vevo-Token)\n",

@@ -33,6 +33,18 @@ class UIError(VevoError):
     """A run folder `vevo ui` cannot serve (no archive.db, not a vevo archive): one line naming it."""
 
 
+def runs_under(root: str | Path) -> list[tuple[str, Path]]:
+    """(name, folder) of every run folder (one holding archive.db) at most two levels below root, named by its
+    path below root, sorted. A root that does not exist or holds no runs is a UIError."""
+    base = Path(root)
+    if not base.is_dir():
+        raise UIError(f"--root {root}: not a folder")
+    found = sorted({p.parent for pattern in ("*/archive.db", "*/*/archive.db") for p in base.glob(pattern)})
+    if not found:
+        raise UIError(f"--root {root}: no run folders (with an archive.db) in it or one level down")
+    return [(p.relative_to(base).as_posix(), p) for p in found]
+
+
 @dataclass
 class _Curve:
     """Running state of one run's curves, advanced by the programs committed since the last look."""

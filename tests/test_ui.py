@@ -348,12 +348,19 @@ def test_status_follows_the_archive(finished, tmp_path):
         config = json.loads(dst.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
         config["iterations"] = ITERATIONS + 100
         dst.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(config),))
-    assert RunStore("orig", finished["run"]).overview()["status"] == "finished"
-    assert RunStore("copy", run).overview()["status"] == "running"
+    def status(name: str, folder: Path) -> str:
+        store = RunStore(name, folder)
+        try:
+            return store.overview()["status"]
+        finally:
+            store.close()
+
+    assert status("orig", finished["run"]) == "finished"
+    assert status("copy", run) == "running"
     old = time.time() - IDLE_SECONDS - 5
     for f in run.iterdir():
         os.utime(f, (old, old))
-    assert RunStore("copy", run).overview()["status"] == "crashed"
+    assert status("copy", run) == "crashed"
 
 
 def test_bad_runs_are_one_line_errors(tmp_path):

@@ -82,6 +82,7 @@ def line_chart(series: Sequence[tuple[str, Sequence[Point], Sequence[tuple[float
         x1 = x0 + 1
     if y1 == y0:
         y1 = y0 + 1
+    y1 += 0.05 * (y1 - y0)  # headroom: the top value stays off the frame
 
     def sx(x: float) -> float:
         return ml + (x - x0) / (x1 - x0) * pw

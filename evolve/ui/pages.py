@@ -6,7 +6,7 @@ import json
 from typing import Any, Callable, Sequence
 
 from ..report import WELL_KNOWN_KEYS, ProblemInfo, training_keys
-from .charts import PALETTE, band, line_chart, lineage_svg, quote_seg, thin
+from .charts import band, line_chart, lineage_svg, quote_seg, thin
 from .components import by, diff_html, e, fmt, frame, heatmap, test_strip, test_table
 from .store import CURVE_POINTS, RunStore
 
@@ -188,7 +188,7 @@ def program(stores: Sequence[RunStore], s: RunStore, program_id: int, info: Info
     labels = info(p.problem).test_labels
     prog_href = run_href(s.name, "/program/")
     parent = s.program(p.parent_ids[0]) if p.parent_ids else None
-    parents = ", ".join(f"<a href='{e(prog_href)}{i}'>{int(i)}</a>" for i in p.parent_ids) or "none (a seed)"
+    parents = ", ".join(f"<a href='{e(prog_href)}{int(i)}'>{int(i)}</a>" for i in p.parent_ids) or "none (a seed)"
     head = (f"<h1>Program {p.id}</h1><p><a class='pid' href='{e(run_href(s.name, f'/problem?id={quote_seg(p.problem)}'))}'>"
             f"{e(p.problem)}</a> · island {p.island} · iteration {p.iteration} · status <b id='status'>{e(p.status)}"
             f"</b> · score {e(fmt(p.scalar))}{' · solved' if p.solved else ''} · "
@@ -250,4 +250,4 @@ def training(stores: Sequence[RunStore], s: RunStore) -> str:
     return page(f"vevo ui: training of {s.name}", body, stores, s)
 
 
-__all__ = ["AXES", "PALETTE", "overview", "curves", "run_problems", "problem", "lineage", "program", "training"]
+__all__ = ["AXES", "overview", "curves", "run_problems", "problem", "lineage", "program", "training"]

@@ -16,7 +16,6 @@ import secrets
 import signal
 import threading
 import time
-from http import HTTPStatus
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources

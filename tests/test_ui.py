@@ -29,7 +29,6 @@ from evolve.ui.components import e
 from tests.campaign_helpers import ROOT, vevo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-playwright = pytest.importorskip("playwright.sync_api", reason="the dev extra installs playwright")
 
 # script tags, a javascript: link, a bidi override and an ANSI colour escape
 HOSTILE = "<script>window.__pwned=1</script><a href='javascript:window.__pwned=2'>x</a>\u202eevil\u202c\x1b[31mred"
@@ -127,6 +126,7 @@ def finished(live):
 def browser():
     if CHROMIUM is None:
         pytest.skip("no chromium binary on PATH (Debian: apt-get install chromium)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the dev extra installs playwright")
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         yield b

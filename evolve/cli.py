@@ -389,6 +389,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_ui(args) -> int:
+    from .ui.server import serve
+    from .ui.store import runs_under
+
+    specs = list(args.runs) + [f"{name}={path}" for name, path in runs_under(args.root)] if args.root else args.runs
+    serve(_labelled_runs(specs, []), args.host, args.port, args.token, announce=lambda url: print(url, flush=True))
+    return 0
+
+
 # ------------------------------------------------------------------ proposer studies
 
 def _problems_for(args):
@@ -549,6 +558,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("ui", help="live web app over run folders (while they run and after); Ctrl-C stops it")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are seeds")
+    p.add_argument("--root", metavar="DIR", help="also every run folder below DIR (two levels: D/run, D/arm/seed-N)")
+    p.add_argument("--host", default="127.0.0.1", help="any non-loopback address requires the token")
+    p.add_argument("--port", type=int, default=8765, help="0: any free port")
+    p.add_argument("--token", help="access token (default: generated when --host is not loopback)")
+    p.set_defaults(fn=cmd_ui)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):

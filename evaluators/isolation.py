@@ -73,6 +73,7 @@ class WorkerIsolation:
         self.seccomp: seccomp.Filter | None = None
         self.landlock: landlock.Ruleset | None = None
         self.mqueue: str | None = None
+        self.bin = jail.BIN  # first on candidates' PATH: python, python3 → this interpreter
         self.nproc_base = 0  # processes of the candidate's uid already counted against RLIMIT_NPROC
         self.hidden: list[str] = []
         self.notes: list[str] = []
@@ -216,11 +217,15 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
             iso.notes.append(iso.cgroup.note)
     if not iso.priv:
         os.mkdir(box, 0o711)
+        iso.bin = os.path.join(top, "bin")  # no jail with its /dev/vevo-bin: the same links beside the box
+        os.mkdir(iso.bin, 0o755)
+        for name in ("python", "python3"):
+            os.symlink(sys.executable, os.path.join(iso.bin, name))
         iso.nproc_base = _uid_processes(os.getuid())
         if mode == "landlock" and "landlock" not in disabled:
             libs = [d for d in jail.LIB_DIRS if os.path.isdir(d)]
             ro = python_paths + libs + [f for f in jail.ETC_FILES if os.path.isfile(f)] + \
-                [os.path.realpath(sys.executable)] + ["/dev/" + d for d in jail.DEVICES if d != "null"]
+                [os.path.realpath(sys.executable), iso.bin] + ["/dev/" + d for d in jail.DEVICES if d != "null"]
             iso.landlock = landlock.Ruleset(ro, [box, "/dev/null"])
             iso.notes += iso.landlock.notes
             if not iso.landlock.ok:

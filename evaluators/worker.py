@@ -58,7 +58,7 @@ class Worker:
         self.box_mb = 256
         self.mounts: list[str] = []  # read-only binds of a problem's large data files, undone after each candidate
         os.environ.update(HOME=self.workdir, TMPDIR=self.workdir,  # the rest was set clean by the pool
-                          PATH=jail.BIN + os.pathsep + os.environ.get("PATH", ""))
+                          PATH=self.iso.bin + os.pathsep + os.environ.get("PATH", ""))
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 

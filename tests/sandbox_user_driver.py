@@ -34,7 +34,12 @@ def suite(spec_path: str) -> None:
     from problems.registry import discover
 
     spec = json.load(open(spec_path))
-    prob = discover([os.path.dirname(spec["problem"])]).resolve(spec["problem"])
+    probs: dict = {}
+
+    def problem(path: str):
+        if path not in probs:
+            probs[path] = discover([os.path.dirname(path)]).resolve(path)
+        return probs[path]
     out: dict = {"pid": os.getpid(), "results": {}}
     try:
         pool = SandboxPool(workers=1, disable=spec.get("disable", []), unsafe_no_sandbox=spec.get("unsafe", False))
@@ -44,11 +49,13 @@ def suite(spec_path: str) -> None:
         return
     with pool:
         out["plan"], out["isolation"] = pool.plan, pool.isolation
-        for name, code in spec["programs"]:
-            ev = pool.evaluate(prob, code, time_limit=spec.get("time_limit", 20))
+        for name, code, *where in spec["programs"]:  # [name, code] or [name, code, problem folder]
+            ev = pool.evaluate(problem(where[0] if where else spec["problem"]), code,
+                               time_limit=spec.get("time_limit"))
             out["results"][name] = {"status": ev.status, "solved": ev.solved,
                                     "stderr": str(ev.artifacts.get("stderr", ""))[-1500:],
-                                    "error": str(ev.artifacts.get("error", ""))[-300:]}
+                                    "error": str(ev.artifacts.get("error", ""))[-300:],
+                                    "metrics": ev.artifacts.get("metrics")}
         out["replaced"] = pool.replaced
     print(json.dumps(out))
 

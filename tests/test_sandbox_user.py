@@ -194,10 +194,10 @@ def _attacks(home: str) -> list[tuple[str, str]]:
 EXPECT_SOLVED = {"kill_everything", "leave_a_daemon", "numpy_and_threads", "honest_after_all_that"}
 
 
-def _run_suite(u, py, d: Path, folder: Path, disable=(), deny=(), unsafe=False) -> dict:
+def _run_suite(u, py, d: Path, folder: Path, disable=(), deny=(), unsafe=False, programs=None) -> dict:
     spec = d / f"spec-{'-'.join(disable) or 'all'}-{'-'.join(deny) or 'none'}.json"
-    spec.write_text(json.dumps({"problem": str(folder), "programs": _attacks(u.pw_dir), "disable": list(disable),
-                                "unsafe": unsafe}))
+    spec.write_text(json.dumps({"problem": str(folder), "programs": programs or _attacks(u.pw_dir),
+                                "disable": list(disable), "unsafe": unsafe, "time_limit": None if programs else 20}))
     spec.chmod(0o644)
     argv = [py, str(DRIVER)] + (["--deny", ",".join(deny)] if deny else []) + ["suite", str(spec)]
     r = subprocess.run(au.argv_as(u, argv, {"VEVO_TEST_SECRET": SECRET, "OPENAI_API_KEY": SECRET}),
@@ -342,6 +342,37 @@ def test_eval_program_and_doctor_as_an_ordinary_user_say_what_runs(user, shared_
     _kill_all(u.pw_uid)
 
 
+@pytest.mark.parametrize("mode", ["userns", "landlock"])
+def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, shared_dir, mode):
+    """What ordinary OpenEvolve evaluators do (threads, open files, temp files, big stdout, `python` in a
+    subprocess, memory) still works under the ordinary user's sandbox and its seccomp filter. Under Landlock there is
+    no private /dev/shm, so the multiprocessing probe is left out there (and said so in the docs)."""
+    import shutil
+
+    from tests.test_openevolve_parity import PROBE_EXPECTED, PROBES
+
+    u, py = user
+    if mode == "userns" and not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    if mode == "landlock" and not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+    names = [n for n in sorted(PROBE_EXPECTED) if n != "stage_timeout" and not (mode == "landlock" and n == "shm")]
+    programs = []
+    for n in names:
+        shutil.copytree(PROBES / n, shared_dir / n)
+        for p in [shared_dir / n] + list((shared_dir / n).rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        programs.append([n, (PROBES / n / "initial_program.py").read_text(), str(shared_dir / n)])
+    out = _run_suite(u, py, shared_dir, shared_dir / names[0], programs=programs,
+                     disable=("userns",) if mode == "landlock" else ())
+    assert out["plan"]["mode"] == mode
+    for n in names:
+        r = out["results"][n]
+        assert r["status"] == "ok" and r["metrics"] == PROBE_EXPECTED[n], (n, r)
+    _kill_all(u.pw_uid)
+    assert _tmp_of(u.pw_uid) == []
+
+
 # ------------------------------------------------------------------ as root, no user needed
 
 def test_seccomp_numbers_match_libseccomp():
@@ -386,3 +417,28 @@ def test_root_pool_reports_seccomp_and_refuses_unknown_layers():
         assert pool.plan["mode"] == ("root" if os.geteuid() == 0 else pool.plan["mode"])
         assert iso["seccomp"] == ("yes" if seccomp.probe()[0] else "no"), iso
         assert iso["summary"] and "\n" not in iso["summary"]
+
+
+def test_run_prints_its_sandbox_and_runs_show_records_it(tmp_path):
+    """`vevo run` names the active layers in one line at its start; the run's metadata keeps them (`runs show`)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    vevo = [sys.executable, "-m", "evolve.cli"]
+    r = subprocess.run(vevo + ["problems", "new", "sq", "--kind", "io", "--dir", str(tmp_path)], capture_output=True,
+                       text=True, env=env, cwd=str(ROOT))
+    assert r.returncode == 0, r.stderr
+    replay = tmp_path / "replay.jsonl"
+    replay.write_text(json.dumps({"text": "\n```python\ndef solve(xs):\n    return sum(x * x for x in xs)\n```\n"
+                                          "</answer_1>\n"}) + "\n")
+    run = tmp_path / "run"
+    r = subprocess.run(vevo + ["run", "--problems-dir", str(tmp_path), "--problem", "sq", "--proposer",
+                               f"replay:{replay}", "--iterations", "1", "--answers", "1", "--group", "2", "--out",
+                               str(run)], capture_output=True, text=True, env=env, cwd=str(ROOT), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [x for x in r.stderr.splitlines() if x.startswith("vevo: sandbox: ")]
+    assert len(lines) == 1 and "seccomp: " in lines[0], r.stderr[-2000:]
+    r = subprocess.run(vevo + ["runs", "show", str(run), "--json"], capture_output=True, text=True, env=env,
+                       cwd=str(ROOT))
+    iso = json.loads(r.stdout)["isolation"]
+    assert iso["mode"] == ("root" if os.geteuid() == 0 else iso["mode"]) and iso["summary"] in lines[0], iso
+    r = subprocess.run(vevo + ["runs", "show", str(run)], capture_output=True, text=True, env=env, cwd=str(ROOT))
+    assert f"sandbox: {iso['summary']}" in r.stdout, r.stdout

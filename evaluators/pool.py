@@ -62,7 +62,7 @@ class _WorkerHandle:
             self.kill()
             raise RuntimeError("sandbox worker failed to start")
         self.isolation, self.box = hello["hello"], hello.get("box")
-        missing = _missing_layers(opts.get("mode", "root"), self.isolation)
+        missing = _missing_layers(opts.get("mode", "root"), self.isolation, set(opts.get("disable", [])))
         if missing:
             self.kill()
             raise sandbox.SandboxUnavailable(f"sandbox worker could not set up {missing}: "
@@ -140,10 +140,11 @@ def sweep_stale_boxes(parent: str) -> int:
     return n
 
 
-def _missing_layers(mode: str, iso: dict) -> str:
-    """What a worker's hello lacks of what its mode promises ('' when nothing): a half-built sandbox is refused,
-    never silently run."""
-    if mode == "userns" and not (iso.get("userns") and iso.get("pid") and "chroot" in str(iso.get("filesystem"))):
+def _missing_layers(mode: str, iso: dict, disabled: set[str]) -> str:
+    """What a worker's hello lacks of what its mode promises ('' when nothing; layers left off on purpose, for
+    measuring them, are not asked for): a half-built sandbox is refused, never silently run."""
+    if mode == "userns" and not (iso.get("userns") and (iso.get("pid") or "pidns" in disabled) and
+                                 ("chroot" in str(iso.get("filesystem")) or "jail" in disabled)):
         return "its user-namespace jail"
     if mode == "landlock" and not iso.get("landlock"):
         return "Landlock"

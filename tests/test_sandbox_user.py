@@ -342,6 +342,39 @@ def test_eval_program_and_doctor_as_an_ordinary_user_say_what_runs(user, shared_
     _kill_all(u.pw_uid)
 
 
+def test_killing_the_orchestrator_mid_evaluation_leaves_no_process_of_the_user(user, shared_dir):
+    """kill -9 of an ordinary user's orchestrator while a candidate runs (with a double-forked daemon of its
+    own): the launcher, the worker, the candidate and the daemon all go (user namespace: the PID namespace dies
+    with its init)."""
+    u, py = user
+    if not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    folder = _problem(shared_dir)
+    daemon = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              "        time.sleep(600)\n    os._exit(0)\ntime.sleep(600)\ndef solve(xs):\n    return 0\n")
+    spec = shared_dir / "spec-kill.json"
+    spec.write_text(json.dumps({"problem": str(folder), "programs": [["daemon", daemon]], "time_limit": 300}))
+    spec.chmod(0o644)
+    proc = subprocess.Popen(au.argv_as(u, [py, str(DRIVER), "suite", str(spec)]), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, cwd="/")
+    try:
+        deadline = time.monotonic() + 60
+        while len(_processes(u.pw_uid)) < 5 and time.monotonic() < deadline:  # driver, launcher, worker, 2 more
+            time.sleep(0.05)
+        assert len(_processes(u.pw_uid)) >= 5, _processes(u.pw_uid)
+        time.sleep(0.3)
+        driver = [p for p in _processes(u.pw_uid) if b"sandbox_user_driver" in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert len(driver) == 1, driver
+        os.kill(driver[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _processes(u.pw_uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _processes(u.pw_uid) == []
+    finally:
+        proc.kill()
+        _kill_all(u.pw_uid)
+
+
 @pytest.mark.parametrize("mode", ["userns", "landlock"])
 def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, shared_dir, mode):
     """What ordinary OpenEvolve evaluators do (threads, open files, temp files, big stdout, `python` in a
@@ -442,3 +475,21 @@ def test_run_prints_its_sandbox_and_runs_show_records_it(tmp_path):
     assert iso["mode"] == ("root" if os.geteuid() == 0 else iso["mode"]) and iso["summary"] in lines[0], iso
     r = subprocess.run(vevo + ["runs", "show", str(run)], capture_output=True, text=True, env=env, cwd=str(ROOT))
     assert f"sandbox: {iso['summary']}" in r.stdout, r.stdout
+
+
+def test_delegated_cgroup_v2_is_found_above_a_leaf_group(tmp_path):
+    """An ordinary user's own group is a leaf with processes; the systemd-delegated ancestor with memory (and pids)
+    in its subtree_control is where the worker's groups go. No delegated ancestor: none."""
+    from evaluators.cgroups import delegated_v2
+
+    leaf = tmp_path / "user.slice" / "user-1000.slice" / "user@1000.service" / "app.slice" / "term.scope"
+    leaf.mkdir(parents=True)
+    for d in [tmp_path] + list(leaf.parents)[: len(leaf.relative_to(tmp_path).parts) - 1] + [leaf]:
+        (d / "cgroup.subtree_control").write_text("")
+        (d / "cgroup.procs").write_text("")
+    own = "/" + str(leaf.relative_to(tmp_path))
+    assert delegated_v2(str(tmp_path), own) == (None, False)
+    (leaf.parent.parent / "cgroup.subtree_control").write_text("cpu memory pids\n")  # user@1000.service
+    assert delegated_v2(str(tmp_path), own) == (str(leaf.parent.parent), True)
+    (leaf.parent / "cgroup.subtree_control").write_text("memory\n")  # app.slice, nearer, without pids
+    assert delegated_v2(str(tmp_path), own) == (str(leaf.parent), False)

@@ -70,4 +70,19 @@ def user_python(user: pwd.struct_passwd) -> str:
                            capture_output=True, text=True, cwd="/")
         if r.returncode == 0 and r.stdout.strip() == want:
             return cand
-    raise NoUser(f"no Python {want} that user {user.pw_name} can run imports this checkout")
+    blocked = [d for p in python_path().split(os.pathsep) for d in [_closed_parent(p)] if d]
+    raise NoUser(f"no Python {want} that user {user.pw_name} can run imports this checkout"
+                 + (f" ({blocked[0]} is closed to other users)" if blocked else ""))
+
+
+def _closed_parent(path: str) -> str | None:
+    """The first directory on the way to path that other users cannot enter, if any."""
+    cur = "/"
+    for part in Path(path).resolve().parts[1:]:
+        cur = os.path.join(cur, part)
+        try:
+            if os.path.isdir(cur) and not os.stat(cur).st_mode & 0o001:
+                return cur
+        except OSError:
+            return cur
+    return None

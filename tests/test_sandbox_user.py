@@ -45,6 +45,8 @@ def user():
         py = au.user_python(u)
     except au.NoUser as e:
         pytest.skip(f"cannot run as an ordinary user here: {e}")
+    for stale in _tmp_of(u.pw_uid):  # a reused uid's leftovers from an earlier, interrupted session
+        subprocess.run(["rm", "-rf", stale])
     home = Path(u.pw_dir)
     secrets = {".netrc": f"machine api.example.com login me password {SECRET}\n",
                ".ssh/id_ed25519": f"-----BEGIN OPENSSH PRIVATE KEY-----\n{SECRET}\n",

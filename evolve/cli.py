@@ -190,7 +190,6 @@ def cmd_eval_program(args) -> int:
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
-        print(f"isolation: {iso.get('network')}, {iso.get('filesystem')}")
         print(f"sandbox: {iso.get('summary')}")
     return 0
 

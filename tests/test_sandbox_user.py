@@ -110,7 +110,8 @@ def _tmp_of(uid: int) -> list[str]:
                 continue
             if st.st_uid == uid or MARK in n:
                 found.append(p)
-        dirs[:] = [d for d in dirs if os.access(os.path.join(base, d), os.R_OK | os.X_OK)]
+        deep = base.count("/") >= 5  # /tmp/a/b/c/d: deep enough for anything a candidate could have made
+        dirs[:] = [] if deep else [d for d in dirs if os.access(os.path.join(base, d), os.R_OK | os.X_OK)]
     return found
 
 

@@ -122,7 +122,9 @@ class _WorkerHandle:
 def sweep_stale_boxes(parent: str) -> int:
     """Remove the empty ``vevo-box-<pid>-*`` mountpoints that workers of a killed orchestrator left in ``parent``
     (a worker's box lives in its own mount namespace; on the host its directory is empty). Only directories whose
-    launcher pid is gone, and only with rmdir: nothing with contents is ever deleted."""
+    launcher pid is gone, and as root only with rmdir: nothing with contents is deleted. Without root a worker with
+    no mount namespace (Landlock, none) keeps its box as a plain directory of the user's: one of a dead worker,
+    owned by this uid, is removed whole (symlinks are removed, never followed)."""
     n = 0
     try:
         names = [e for e in os.listdir(parent) if e.startswith("vevo-box-")]
@@ -132,11 +134,18 @@ def sweep_stale_boxes(parent: str) -> int:
         pid = name.split("-")[2]
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
+        path = os.path.join(parent, name)
         try:
-            os.rmdir(os.path.join(parent, name))
+            os.rmdir(path)
             n += 1
         except OSError:
-            pass
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if os.geteuid() != 0 and st.st_uid == os.geteuid() and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+                n += not os.path.lexists(path)
     return n
 
 

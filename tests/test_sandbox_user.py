@@ -409,6 +409,29 @@ def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, sh
     assert _tmp_of(u.pw_uid) == []
 
 
+def test_an_ordinary_users_stale_box_is_swept_whole(user):
+    """A Landlock-mode worker's box is a plain directory; one left by a killed orchestrator (dead launcher pid) is
+    removed by the next pool of the same user, and nothing of another user's is touched."""
+    u, py = user
+    dead = 4_000_000  # above any pid_max: never a live process
+    mine = Path(f"/tmp/vevo-box-{dead}-0000aaaa")
+    theirs = Path(f"/tmp/vevo-box-{dead}-0000bbbb")
+    for d in (mine, theirs):
+        (d / "w" / "cand").mkdir(parents=True)
+        (d / "w" / "cand" / "f").write_text("x")
+        (d / "bin").mkdir()
+        os.symlink("/etc", d / "bin" / "link")
+    for p in [mine] + list(mine.rglob("*")):
+        os.lchown(p, u.pw_uid, u.pw_gid)
+    try:
+        r = subprocess.run(au.argv_as(u, [py, "-c", "from evaluators.pool import sweep_stale_boxes as s; "
+                                          "print(s('/tmp'))"]), capture_output=True, text=True, cwd="/")
+        assert r.returncode == 0, r.stderr
+        assert not mine.exists() and (theirs / "w" / "cand" / "f").exists() and os.path.isdir("/etc")
+    finally:
+        subprocess.run(["rm", "-rf", str(mine), str(theirs)])
+
+
 # ------------------------------------------------------------------ as root, no user needed
 
 def test_seccomp_numbers_match_libseccomp():

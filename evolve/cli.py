@@ -35,10 +35,10 @@ def _registry(args):
     return discover(getattr(args, "problems_dir", None) or [])
 
 
-def _pool(workers: int = 2, hide=()):
+def _pool(workers: int = 2, hide=(), unsafe_no_sandbox: bool = False):
     from evaluators.pool import SandboxPool
 
-    return SandboxPool(workers=workers, hide=hide)
+    return SandboxPool(workers=workers, hide=hide, unsafe_no_sandbox=unsafe_no_sandbox)
 
 
 # ------------------------------------------------------------------ problems
@@ -179,7 +179,7 @@ def cmd_eval_program(args) -> int:
         code = Path(args.program).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{args.program}: cannot read program: {e}")
-    with _pool(1) as pool:
+    with _pool(1, unsafe_no_sandbox=args.unsafe_no_sandbox) as pool:
         ev = pool.evaluate(p, code, time_limit=args.timeout)
         iso = pool.isolation
     if args.json:
@@ -190,7 +190,15 @@ def cmd_eval_program(args) -> int:
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
-        print(f"isolation: {iso.get('network')}, {iso.get('filesystem')}")
+        print(f"sandbox: {iso.get('summary')}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from evaluators.sandbox import doctor_lines, probe
+
+    report = probe()
+    print(json.dumps(report) if args.json else "\n".join(doctor_lines(report)))
     return 0
 
 
@@ -281,7 +289,6 @@ def _open_run(run_dir: str):
 
 def cmd_runs_show(args) -> int:
     from .campaign import summarize
-
     from .probe import learning
 
     with _open_run(args.run_dir) as a:
@@ -289,10 +296,13 @@ def cmd_runs_show(args) -> int:
         rows = a.training_rows()
         s["training_steps"] = len(rows)
         s["learning"] = learning(rows)
+        s["isolation"] = json.loads(a.get_meta("isolation", "null") or "null")
     if args.json:
         print(json.dumps(s))
     else:
         _print_summary(Path(args.run_dir), s)
+        if s["isolation"]:
+            print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
         probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
@@ -506,8 +516,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("program")
     p.add_argument("--json", action="store_true")
     p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run the program even where no sandbox layer is available (it gets all your rights)")
     pdir(p)
     p.set_defaults(fn=cmd_eval_program)
+    p = sub.add_parser("doctor", help="which sandbox layers this machine gives candidates, and why not")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_doctor)
 
 
     p = sub.add_parser("run", help="run an evolution campaign")

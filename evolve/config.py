@@ -144,6 +144,8 @@ class SandboxConfig(StrictModel):
     workers: int = Field(2, ge=1, description="sandbox worker processes (per node with executor ray)")
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="seconds per candidate; "
                                        "None: the problem's own timeout")
+    unsafe_no_sandbox: bool = Field(False, description="run candidates even where neither user namespaces nor "
+                                    "Landlock can confine them: they then read your files and signal your processes")
 
 
 class ExecutorConfig(StrictModel):

@@ -32,7 +32,7 @@ demo: $(STAMP)
 		--seed 0 --train vpo --train-every 10 --out $(DEMO_OUT)/vpo
 	$(VENV)/bin/vevo curves none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo --out $(DEMO_OUT)/curves.png --csv
 	$(VENV)/bin/vevo report none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo --out $(DEMO_OUT)/report
-	@echo "open $(DEMO_OUT)/curves.png and $(DEMO_OUT)/report/index.html"
+	@echo "open $(DEMO_OUT)/curves.png and $(DEMO_OUT)/report/index.html; live view: $(VENV)/bin/vevo ui none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo"
 
 bench: $(STAMP)
 	$(PY) bench/eval_throughput.py

@@ -1,13 +1,16 @@
 """Candidates/second: the warm-worker sandbox vs a fresh `python` subprocess per candidate (the usual
 approach), on the same MBPP problems (reference solutions + their asserts), same parallelism, one run.
 
-    .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3] [--layer-costs]
+    .venv/bin/python bench/eval_throughput.py [--n 200] [--workers 2] [--repeats 3] [--layer-costs] [--as-user NAME]
 
 It also prints where the sandbox's CPU goes per candidate (this process, the workers, the candidate processes
 they fork) and the workers' and candidates' minor page faults: on a VM the fork's page-table copy and the
 copy-on-write faults after it are most of the cost, which is what to watch when changing the worker.
 With --layer-costs it also runs the sandbox with each isolation layer left off in turn (``SandboxPool(disable=)``)
-and prints what each layer costs per candidate against all layers on, measured in the same run.
+and prints what each layer costs per candidate against all layers on, measured in the same run (as an ordinary
+user also with user namespaces and Landlock both off, the unsandboxed baseline the user-namespace jail is paid
+against). With --as-user NAME (run as root) the whole bench runs again as that ordinary user (created if missing),
+under an interpreter that user can run (``bench/as_user.py``): the sandbox it measures is then the non-root one.
 """
 from __future__ import annotations
 
@@ -28,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from evaluators.pool import SandboxPool  # noqa: E402
 from problems.model import AssertCase, Problem  # noqa: E402
 
-MBPP = ROOT.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+MBPP = next((d / "shared" / "data" / "mbpp" / "mbpp.jsonl" for d in (ROOT.parent, ROOT.parent.parent)
+             if (d / "shared" / "data").is_dir()), ROOT.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl")
 
 
 def load(n: int) -> list[tuple[Problem, str]]:
@@ -74,7 +78,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--layer-costs", action="store_true", help="also time the sandbox with each layer off")
+    ap.add_argument("--as-user", metavar="NAME", help="run as this ordinary user (from root; created if missing)")
     a = ap.parse_args()
+    if a.as_user:
+        sys.exit(as_user(a.as_user))
     items = load(a.n)
     sb, fr = [], []
     usage = [0.0, 0.0, 0.0, 0, 0]  # orchestrator CPU, workers CPU, candidates CPU, worker faults, candidate faults
@@ -106,6 +113,7 @@ def main() -> None:
     s, f = statistics.median(sb), statistics.median(fr)
     print(f"problems: {len(items)} MBPP (reference solutions), workers: {a.workers}, repeats: {a.repeats}; "
           f"left out (tests alone > 50 ms): {', '.join(heavy) or 'none'}")
+    print(f"running as uid {os.getuid()} under {sys.executable}; sandbox: {iso.get('summary')}")
     print(f"isolation: {iso['network']}, {iso['filesystem']}, pid namespace {iso.get('pid')}, ipc namespace "
           f"{iso.get('ipc')}, cgroup {iso.get('cgroup')}, uid {iso['uid']}")
     print(f"sandbox (warm fork):      {s:8.1f} candidates/s  (solved {ok_sb}/{len(items)})")
@@ -125,8 +133,10 @@ def layer_costs(items, workers: int, repeats: int) -> None:
     from evaluators.isolation import LAYERS
 
     configs = [()] + [(layer,) for layer in LAYERS]
+    if os.geteuid() != 0:  # the ordinary user's fallbacks: Landlock only, then nothing (the opted-in baseline)
+        configs.append(("userns", "landlock"))
     times: dict[tuple, list[float]] = {c: [] for c in configs}
-    pools = {c: SandboxPool(workers=workers, disable=c) for c in configs}
+    pools = {c: SandboxPool(workers=workers, disable=c, unsafe_no_sandbox=True) for c in configs}
     try:
         for p in pools.values():
             p.evaluate_many(items[:10])
@@ -140,9 +150,28 @@ def layer_costs(items, workers: int, repeats: int) -> None:
             p.close()
     base = statistics.median(times[()])
     print(f"layer costs (wall ms per candidate, {workers} workers, medians of {repeats}): all layers on {base:.3f}")
-    for c in configs[1:]:
+    for c, p in zip(configs[1:], list(pools.values())[1:]):
         m = statistics.median(times[c])
-        print(f"  without {c[0]:7s} {m:.3f} ms  -> the layer costs {base - m:+.3f} ms per candidate")
+        print(f"  without {'+'.join(c):15s} {m:.3f} ms  -> the layer costs {base - m:+.3f} ms per candidate  "
+              f"[{p.plan['mode']}]")
+
+
+def as_user(name: str) -> int:
+    """Re-run this bench (same flags but --as-user) as ordinary user ``name``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import as_user as au
+
+    user = au.ensure_user(name)
+    py = au.user_python(user)
+    args, skip = [], False
+    for x in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif x == "--as-user":
+            skip = True
+        elif not x.startswith("--as-user="):
+            args.append(x)
+    return subprocess.run(au.argv_as(user, [py, str(Path(__file__).resolve())] + args), cwd="/").returncode
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ the candidate's allowance before each job, protects itself from the OOM killer (
 gives each candidate +1000, so an out-of-memory kill always takes the candidate. A ``pids`` group caps the
 processes of the worker's whole tree, whichever uid they run as.
 
-cgroup v2 is used where the memory controller is delegated to our group's children; otherwise the v1 memory
-and pids hierarchies (containers often still mount those). Neither writable: no group, RLIMITs only, and
+cgroup v2 is used where the memory controller is delegated to our group's children or to an ancestor's we may
+write (an ordinary user's systemd subtree: the worker's group is then a sibling of the user's own); otherwise the
+v1 memory and pids hierarchies (containers often still mount those). Neither writable: no group, RLIMITs only, and
 ``SandboxPool.isolation`` says so.
 """
 from __future__ import annotations
@@ -63,18 +64,32 @@ def _read_int(path: str, key: str | None = None) -> int | None:
     return None
 
 
-def _parents() -> tuple[str, str | None, str | None]:
-    """(version, memory parent dir, pids parent dir) where this process may create child groups."""
-    own = _own_paths()
-    v2 = os.path.join(ROOT, own.get("", "/").lstrip("/"))
-    if os.path.isfile(os.path.join(ROOT, "cgroup.controllers")):  # pure v2 at /sys/fs/cgroup
+def delegated_v2(root: str, own: str) -> tuple[str | None, bool]:
+    """The nearest cgroup v2 directory at or above ``own`` (a path below ``root``) where this process may create
+    groups with the memory controller: writable, with ``memory`` in its ``cgroup.subtree_control``. An ordinary
+    user's own group is usually a leaf with processes (no controllers for children); the delegated subtree systemd
+    gives each user (``user@UID.service``, Delegate= memory pids) is an ancestor. (dir or None, pids enabled)."""
+    path = os.path.join(root, own.lstrip("/")).rstrip("/")
+    while True:
         try:
-            with open(os.path.join(v2, "cgroup.subtree_control")) as f:
+            with open(os.path.join(path, "cgroup.subtree_control")) as f:
                 ctrls = f.read().split()
         except OSError:
             ctrls = []
-        if "memory" in ctrls and os.access(v2, os.W_OK):
-            return "v2", v2, v2 if "pids" in ctrls else None
+        if "memory" in ctrls and os.access(path, os.W_OK) and os.access(os.path.join(path, "cgroup.procs"), os.W_OK):
+            return path, "pids" in ctrls
+        if os.path.realpath(path) == os.path.realpath(root):
+            return None, False
+        path = os.path.dirname(path)
+
+
+def _parents() -> tuple[str, str | None, str | None]:
+    """(version, memory parent dir, pids parent dir) where this process may create child groups."""
+    own = _own_paths()
+    if os.path.isfile(os.path.join(ROOT, "cgroup.controllers")):  # pure v2 at /sys/fs/cgroup
+        v2, pids = delegated_v2(ROOT, own.get("", "/"))
+        if v2 is not None:
+            return "v2", v2, v2 if pids else None
     mem = os.path.join(ROOT, "memory", own.get("memory", "/").lstrip("/"))
     pids = os.path.join(ROOT, "pids", own.get("pids", "/").lstrip("/"))
     if "memory" in own and os.path.isfile(os.path.join(mem, "memory.limit_in_bytes")) and os.access(mem, os.W_OK):

@@ -27,7 +27,8 @@ class Evaluator(Protocol):
 def _local(cfg: Any, hide: Iterable[str]) -> Evaluator:
     from .pool import SandboxPool
 
-    return SandboxPool(workers=cfg.sandbox.workers, hide=hide)
+    return SandboxPool(workers=cfg.sandbox.workers, hide=hide,
+                       unsafe_no_sandbox=bool(getattr(cfg.sandbox, "unsafe_no_sandbox", False)))
 
 
 def _ray(cfg: Any, hide: Iterable[str]) -> Evaluator:

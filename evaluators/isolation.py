@@ -12,7 +12,14 @@ them; the threat model is in docs/ARCHITECTURE.md:
   not own) — also the handle for killing every process a candidate left behind,
 - a per-worker memory and pids cgroup (``evaluators/cgroups.py``) where one is writable,
 - rlimits (CPU, address space, processes, file size, open files, no core dumps), own session, a parent-death
-  signal set after the uid change, and without root an in-process socket block.
+  signal set after the uid change, and without root an in-process socket block,
+- a seccomp filter (``evaluators/seccomp.py``) in every candidate, root or not.
+
+Without root (``mode``, decided once per pool by ``evaluators/sandbox.py``): ``userns`` enters a new user
+namespace (the invoking uid and gid mapped to themselves) together with the others and builds the same jail; the
+candidate then drops every capability of that namespace before any of its code runs, so it holds no more than the
+user it runs as, confined to the jail. ``landlock`` (user namespaces blocked) confines the candidate's filesystem
+view with Landlock instead; ``none`` has neither (only with the user's explicit opt-in).
 """
 from __future__ import annotations
 
@@ -22,11 +29,13 @@ import resource
 import signal
 import sys
 
-from evaluators import cgroups, jail
+from evaluators import cgroups, jail, landlock, seccomp
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x08000000, 0x20000000, 0x40000000
-PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
-LAYERS = ("pidns", "netns", "ipcns", "jail", "cgroup", "uid")
+CLONE_NEWUSER = 0x10000000
+PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_DUMPABLE = 36, 1, 24, 4
+LAYERS = ("pidns", "netns", "ipcns", "jail", "cgroup", "uid", "userns", "landlock", "seccomp")
+MODES = ("root", "userns", "landlock", "none")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -54,36 +63,99 @@ class WorkerIsolation:
     """Which layers are active. Plain classes, no dataclasses: every module the worker imports makes each
     fork slower (page tables to copy), so the worker stays small."""
 
-    def __init__(self) -> None:
-        self.pidns = self.netns = self.ipcns = self.subreaper = False
+    def __init__(self, mode: str = "root") -> None:
+        self.mode = mode
+        self.pidns = self.netns = self.ipcns = self.subreaper = self.userns = False
+        self.priv = False  # may mount: root, or the owner of a user namespace
         self.jail: str | None = None
         self.uid: int | None = None
         self.cgroup: cgroups.WorkerCgroup | None = None
+        self.seccomp: seccomp.Filter | None = None
+        self.landlock: landlock.Ruleset | None = None
         self.mqueue: str | None = None
+        self.bin = jail.BIN  # first on candidates' PATH: python, python3 → this interpreter
+        self.nproc_base = 0  # processes of the candidate's uid already counted against RLIMIT_NPROC
         self.hidden: list[str] = []
         self.notes: list[str] = []
 
     def describe(self) -> dict:
         fs = "allow-list root (chroot, read-only but the box)" if self.jail else \
-            ("unprivileged uid" if self.uid else "none")
-        return {"network": "netns" if self.netns else "socket-block", "filesystem": fs, "pid": self.pidns,
-                "ipc": self.ipcns, "uid": self.uid, "subreaper": self.subreaper,
-                "cgroup": self.cgroup.describe() if self.cgroup else {"none": "disabled"},
-                "hidden": list(self.hidden), "notes": list(self.notes)}
+            (f"landlock {self.landlock.describe()}" if self.landlock else
+             ("unprivileged uid" if self.uid else "none"))
+        cg = self.cgroup.describe() if self.cgroup and self.cgroup.ok else \
+            {"none": self.cgroup.note if self.cgroup else "disabled"}
+        limits = f"cgroup {cg['version']}" if "version" in cg else \
+            ("rlimits + pid namespace" if self.pidns else "rlimits")
+        sc = "yes" if self.seccomp is not None and self.seccomp.ok else "no"
+        out = {"mode": self.mode, "network": "netns" if self.netns else
+               ("landlock tcp + socket-block" if self.landlock and self.landlock.version >= 4 else "socket-block"),
+               "filesystem": fs, "pid": self.pidns, "ipc": self.ipcns, "uid": self.uid, "userns": self.userns,
+               "subreaper": self.subreaper, "cgroup": cg, "limits": limits, "seccomp": sc,
+               "landlock": self.landlock.describe() if self.landlock else None,
+               "hidden": list(self.hidden), "notes": list(self.notes)}
+        out["summary"] = summary(out)
+        return out
 
 
-def enter_namespaces(disabled: set[str]) -> tuple[set[str], list[str]]:
-    """Called by the worker process before anything else (root only). Unshares PID, mount, network and IPC
-    namespaces, then forks: the child, init of the new PID namespace, returns and becomes the worker; this
-    process stays behind as its launcher, only waiting, so that when the pool kills it the worker gets its
-    parent-death signal and the kernel kills every process of the namespace. Returns (entered, notes): the
-    namespaces entered, of "pid", "mnt", "net", "ipc"."""
+def summary(d: dict) -> str:
+    """One line naming the active layers (what `vevo eval-program` and `vevo run` print)."""
+    who = {"root": f"root, candidates as uid {d.get('uid')}" if d.get("uid") else "root",
+           "userns": "user namespace", "landlock": "Landlock, no namespaces",
+           "none": "NO SANDBOX (opted in)"}.get(d.get("mode", ""), str(d.get("mode")))
+    ns = [k for k, on in (("pid", d.get("pid")), ("mount", "chroot" in str(d.get("filesystem"))),
+                          ("net", d.get("network") == "netns"), ("ipc", d.get("ipc"))) if on]
+    parts = [who]
+    if ns:
+        parts.append("+".join(ns) + " namespaces")
+    parts.append(f"filesystem: {d.get('filesystem')}")
+    if d.get("network") != "netns":
+        parts.append(f"network: {d.get('network')}")
+    parts.append(f"seccomp: {d.get('seccomp')}")
+    parts.append(f"limits: {d.get('limits')}")
+    return "; ".join(parts)
+
+
+def _map_ids(uid: int, gid: int) -> str:
+    """After unshare(CLONE_NEWUSER): the invoking uid/gid mapped to themselves. '' or why it failed."""
+    for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                       ("/proc/self/gid_map", f"{gid} {gid} 1")):
+        try:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if path.endswith("setgroups") and e.errno == 2:
+                continue
+            return f"{path}: {e.strerror}"
+    return ""
+
+
+def enter_namespaces(disabled: set[str], mode: str = "root") -> tuple[set[str], list[str]]:
+    """Called by the worker process before anything else. As root (mode ``root``) unshares PID, mount, network and
+    IPC namespaces; mode ``userns`` first a user namespace that owns them (the invoking uid mapped to itself).
+    Then forks: the child, init of the new PID namespace, returns and becomes the worker; this process stays
+    behind as its launcher, only waiting, so that when the pool kills it the worker gets its parent-death signal
+    and the kernel kills every process of the namespace. Returns (entered, notes): the namespaces entered, of
+    "user", "pid", "mnt", "net", "ipc"."""
     notes: list[str] = []
-    if os.geteuid() != 0:
+    if mode not in ("root", "userns") or (mode == "root" and os.geteuid() != 0):
         return set(), notes
+    entered = set()
+    if mode == "userns":
+        uid, gid = os.getuid(), os.getgid()
+        if _libc.unshare(CLONE_NEWUSER) != 0:
+            notes.append(f"user namespace: {_err()}")
+            return entered, notes
+        why = _map_ids(uid, gid)
+        if why:
+            notes.append(f"user namespace: {why}")
+            return entered, notes
+        entered.add("user")
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # credentials changed: set it again
     kinds = {"mnt": CLONE_NEWNS, "net": CLONE_NEWNET, "ipc": CLONE_NEWIPC, "pid": CLONE_NEWPID}
     kinds = {k: v for k, v in kinds.items() if k + "ns" not in disabled}
-    entered = set()
     for k, flag in kinds.items():  # one at a time, so one the kernel refuses costs only itself
         if _libc.unshare(flag) == 0:
             entered.add(k)
@@ -110,18 +182,57 @@ def enter_namespaces(disabled: set[str]) -> tuple[set[str], list[str]]:
     return entered, notes
 
 
+def _uid_processes(uid: int) -> int:
+    """Processes (and threads) of uid on this machine now: RLIMIT_NPROC counts them all for a shared uid."""
+    n = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if os.stat(f"/proc/{d}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{d}/task"))
+            except OSError:
+                pass
+    return n
+
+
 def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: list[str], disabled: set[str],
-                 entered: set[str], box_mb: int = 256, max_pids: int = 512) -> WorkerIsolation:
+                 entered: set[str], box_mb: int = 256, max_pids: int = 512, mode: str = "root") -> WorkerIsolation:
     """Called once in the worker (after ``enter_namespaces``). Never raises: each failed layer is recorded and
-    skipped, and ``describe()`` says so. ``top``: a directory for the worker's mounts; ``box``: inside it, the
-    candidates' writable tmpfs."""
-    iso = WorkerIsolation()
+    skipped, and ``describe()`` says so (the pool refuses a worker that lacks what its mode promises). ``top``:
+    a directory for the worker's mounts; ``box``: inside it, the candidates' writable tmpfs."""
+    iso = WorkerIsolation(mode)
     iso.pidns, iso.netns, iso.ipcns = "pid" in entered, "net" in entered, "ipc" in entered
+    iso.userns = "user" in entered
     if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
         iso.subreaper = True
-    root = os.geteuid() == 0
-    if not root:
-        iso.notes.append("not root: candidates run as the worker's own uid, no namespaces, no jail")
+    root = os.geteuid() == 0 and mode == "root"
+    iso.priv = root or iso.userns
+    if "seccomp" not in disabled:
+        iso.seccomp = seccomp.Filter()
+        if not iso.seccomp.ok:
+            iso.notes.append(f"seccomp: {iso.seccomp.reason}")
+    if "cgroup" not in disabled:
+        iso.cgroup = cgroups.WorkerCgroup(f"{os.getpid()}-{os.urandom(4).hex()}", max_pids)
+        if not iso.cgroup.ok:
+            iso.notes.append(iso.cgroup.note)
+    if not iso.priv:
+        os.mkdir(box, 0o711)
+        iso.bin = os.path.join(top, "bin")  # no jail with its /dev/vevo-bin: the same links beside the box
+        os.mkdir(iso.bin, 0o755)
+        for name in ("python", "python3"):
+            os.symlink(sys.executable, os.path.join(iso.bin, name))
+        iso.nproc_base = _uid_processes(os.getuid())
+        if mode == "landlock" and "landlock" not in disabled:
+            libs = [d for d in jail.LIB_DIRS if os.path.isdir(d)]
+            ro = python_paths + libs + [f for f in jail.ETC_FILES if os.path.isfile(f)] + \
+                [os.path.realpath(sys.executable), iso.bin] + ["/dev/" + d for d in jail.DEVICES if d != "null"]
+            iso.landlock = landlock.Ruleset(ro, [box, "/dev/null"])
+            iso.notes += iso.landlock.notes
+            if not iso.landlock.ok:
+                iso.notes.append(f"landlock: {iso.landlock.reason}")
+                iso.landlock = None
+        elif mode != "landlock":
+            iso.notes.append("no namespaces, no jail: candidates run as the worker's own uid")
         return iso
     if "mnt" not in entered or _libc.mount(b"none", b"/", None, jail.MS_REC | jail.MS_PRIVATE, None) != 0:
         iso.notes.append(f"mount namespace: {_err()}")
@@ -142,11 +253,7 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
         except (jail.JailError, OSError) as e:
             iso.notes.append(f"jail: {e}")
             iso.jail = None
-    if "cgroup" not in disabled:
-        iso.cgroup = cgroups.WorkerCgroup(f"{os.getpid()}-{os.urandom(4).hex()}", max_pids)
-        if not iso.cgroup.ok:
-            iso.notes.append(iso.cgroup.note)
-    if "uid" not in disabled:
+    if "uid" not in disabled and root:
         iso.uid = uid
     return iso
 
@@ -226,12 +333,14 @@ class Limits:
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
-    """In the forked candidate process: new session, rlimits, the allow-list root, private cwd, drop to uid, then
-    the parent-death signal (``setuid`` clears one set before it)."""
+    """In the forked candidate process: new session, rlimits, the allow-list root, private cwd, drop to uid (root)
+    or every capability (user namespace), then the parent-death signal (``setuid`` clears one set before it),
+    Landlock, and last the seccomp filter. A layer the pool promised that fails here stops the candidate."""
     os.setsid()
     cpu = int(limits.time_limit) + 2 if limits.cpu_s is None else limits.cpu_s
     mem = limits.as_mb * 1024 * 1024 if limits.as_mb else resource.RLIM_INFINITY
-    for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem), (resource.RLIMIT_NPROC, limits.nproc),
+    for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem),
+                     (resource.RLIMIT_NPROC, limits.nproc + iso.nproc_base),
                      (resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024), (resource.RLIMIT_NOFILE, limits.nofile),
                      (resource.RLIMIT_CORE, 0)):
         try:
@@ -247,10 +356,39 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
         os.setgroups([])
         os.setgid(iso.uid)
         os.setuid(iso.uid)
+    if iso.userns:
+        drop_capabilities()
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if not iso.netns:
         block_sockets()
     os.umask(0o077)
+    if iso.landlock is not None:
+        err = iso.landlock.restrict()
+        if err:
+            raise RuntimeError(f"sandbox: {err}")
+    if iso.seccomp is not None and iso.seccomp.ok:
+        err = iso.seccomp.load()
+        if err:
+            raise RuntimeError(f"sandbox: {err}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding set and the effective, permitted and inheritable sets (the ambient set follows): the
+    candidate keeps the capabilities the user namespace gave the worker nowhere, and no exec brings them back."""
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break  # EINVAL past the last capability this kernel knows
+    data = (_CapData * 2)()
+    if _libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data) != 0:
+        raise RuntimeError(f"sandbox: capset: {_err()}")
 
 
 def block_sockets() -> None:

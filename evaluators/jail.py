@@ -59,7 +59,8 @@ def python_paths(checkout: str) -> list[str]:
     """Directories a candidate's Python reads: the interpreter's prefixes and every import path, except those
     inside this checkout (its packages are imported by the worker before forking; the rest of it, tests and
     suite generators, must stay out of reach), unless they are under a prefix (a virtual environment kept in
-    the checkout is still the interpreter)."""
+    the checkout is still the interpreter) or are a site-packages directory (that environment's packages used
+    from another interpreter, as an ordinary user does who cannot run a venv made from root's python)."""
     ck = os.path.realpath(checkout)
     prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
 
@@ -71,7 +72,8 @@ def python_paths(checkout: str) -> list[str]:
         rp = os.path.realpath(p)
         if not os.path.isdir(rp) or rp == "/" or rp in out:
             continue
-        if under(rp, ck) and not any(under(rp, x) for x in prefixes):
+        installed = os.path.basename(rp) in ("site-packages", "dist-packages")  # a venv's, run by another python
+        if under(rp, ck) and not installed and not any(under(rp, x) for x in prefixes):
             continue
         out.append(rp)
     return out
@@ -132,10 +134,15 @@ def build(root: str, box: str, python: list[str], hide: list[str], notes: list[s
     for name in ("python", "python3"):  # evaluators that run the program with `python`, whatever the system has
         os.symlink(sys.executable, root + BIN + "/" + name)
     proc = _mkdirs(root, "/proc")
-    try:
-        _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-    except JailError:
-        _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    for opt in ("hidepid=invisible", "hidepid=2", None):
+        if opt is None:  # a user namespace under a partly masked /proc (a container) may not mount one: go without
+            notes.append("no /proc in the jail: the kernel refused to mount one")
+            break
+        try:
+            _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, opt)
+            break
+        except JailError:
+            continue
     for p in hide:  # paths a problem wants hidden that happen to lie under an allowed directory
         rp = os.path.realpath(p)
         if os.path.isdir(root + rp):

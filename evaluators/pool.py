@@ -22,7 +22,7 @@ from multiprocess.connection import Connection
 
 from problems.model import Problem
 
-from . import cgroups, isolation, jail
+from . import cgroups, isolation, jail, sandbox
 from .scoring import build_job, score
 from .types import Evaluation
 
@@ -62,6 +62,11 @@ class _WorkerHandle:
             self.kill()
             raise RuntimeError("sandbox worker failed to start")
         self.isolation, self.box = hello["hello"], hello.get("box")
+        missing = _missing_layers(opts.get("mode", "root"), self.isolation, set(opts.get("disable", [])))
+        if missing:
+            self.kill()
+            raise sandbox.SandboxUnavailable(f"sandbox worker could not set up {missing}: "
+                                             + "; ".join(self.isolation.get("notes", []))[:400])
         self.worker_pid = int(hello.get("pid") or self.proc.pid)  # the worker itself; proc is its launcher
         self.cgroup_dirs = list(self.isolation.get("cgroup", {}).get("dirs", []))
 
@@ -117,7 +122,9 @@ class _WorkerHandle:
 def sweep_stale_boxes(parent: str) -> int:
     """Remove the empty ``vevo-box-<pid>-*`` mountpoints that workers of a killed orchestrator left in ``parent``
     (a worker's box lives in its own mount namespace; on the host its directory is empty). Only directories whose
-    launcher pid is gone, and only with rmdir: nothing with contents is ever deleted."""
+    launcher pid is gone, and as root only with rmdir: nothing with contents is deleted. Without root a worker with
+    no mount namespace (Landlock, none) keeps its box as a plain directory of the user's: one of a dead worker,
+    owned by this uid, is removed whole (symlinks are removed, never followed)."""
     n = 0
     try:
         names = [e for e in os.listdir(parent) if e.startswith("vevo-box-")]
@@ -127,12 +134,30 @@ def sweep_stale_boxes(parent: str) -> int:
         pid = name.split("-")[2]
         if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
             continue
+        path = os.path.join(parent, name)
         try:
-            os.rmdir(os.path.join(parent, name))
+            os.rmdir(path)
             n += 1
         except OSError:
-            pass
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if os.geteuid() != 0 and st.st_uid == os.geteuid() and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+                n += not os.path.lexists(path)
     return n
+
+
+def _missing_layers(mode: str, iso: dict, disabled: set[str]) -> str:
+    """What a worker's hello lacks of what its mode promises ('' when nothing; layers left off on purpose, for
+    measuring them, are not asked for): a half-built sandbox is refused, never silently run."""
+    if mode == "userns" and not (iso.get("userns") and (iso.get("pid") or "pidns" in disabled) and
+                                 ("chroot" in str(iso.get("filesystem")) or "jail" in disabled)):
+        return "its user-namespace jail"
+    if mode == "landlock" and not iso.get("landlock"):
+        return "Landlock"
+    return ""
 
 
 class _Dispatch:
@@ -257,12 +282,14 @@ class SandboxPool:
     """workers: parallel candidates. hide: paths made invisible to candidates (run dirs, problem data)."""
 
     def __init__(self, workers: int = 2, hide: Iterable[str] = (), preload: Iterable[str] = DEFAULT_PRELOAD,
-                 disable: Iterable[str] = ()):
-        """disable: isolation layers to leave off (of ``isolation.LAYERS``), for measuring what each costs."""
+                 disable: Iterable[str] = (), unsafe_no_sandbox: bool = False):
+        """disable: isolation layers to leave off (of ``isolation.LAYERS``), for measuring what each costs.
+        unsafe_no_sandbox: run candidates even where no layer can confine them (``evaluators/sandbox.py``)."""
         bad = set(disable) - set(isolation.LAYERS)
         if bad:
             raise ValueError(f"unknown sandbox layer(s) {sorted(bad)}; known: {', '.join(isolation.LAYERS)}")
-        self.opts = {"hide": [str(Path(p).resolve()) for p in hide], "preload": list(preload),
+        self.plan = sandbox.plan(frozenset(disable), unsafe_no_sandbox)  # once per pool; raises without a sandbox
+        self.opts = {"mode": self.plan["mode"], "hide": [str(Path(p).resolve()) for p in hide], "preload": list(preload),
                      "disable": sorted(disable), "box_parent": tempfile.gettempdir(),
                      # computed here: the worker runs with -S, so it does not know a virtual environment's prefix
                      "python_paths": jail.python_paths(str(Path(__file__).resolve().parent.parent))}
@@ -289,6 +316,11 @@ class SandboxPool:
     @property
     def isolation(self) -> dict:
         return self._all[0].isolation if self._all else {}
+
+    @property
+    def layers(self) -> dict:
+        """Every layer's probe (yes/no and why), as `vevo doctor` prints it."""
+        return self.plan["layers"]
 
     def run_raw(self, job: dict) -> dict:
         return self._dispatch([job])[0]

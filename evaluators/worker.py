@@ -37,7 +37,7 @@ class Worker:
         disabled = set(opts.get("disable", []))
         paths = list(opts.get("python_paths") or jail.python_paths(root))
         self.iso = isolation.setup_worker(self.top, self.box, list(opts.get("hide", [])) + own, self.uid, paths,
-                                          disabled, entered)
+                                          disabled, entered, mode=opts.get("mode", "root"))
         self.iso.notes[:0] = notes
         if not os.path.isdir(self.box):  # no mount namespace: a plain private directory
             os.mkdir(self.box, 0o711)
@@ -58,7 +58,7 @@ class Worker:
         self.box_mb = 256
         self.mounts: list[str] = []  # read-only binds of a problem's large data files, undone after each candidate
         os.environ.update(HOME=self.workdir, TMPDIR=self.workdir,  # the rest was set clean by the pool
-                          PATH=jail.BIN + os.pathsep + os.environ.get("PATH", ""))
+                          PATH=self.iso.bin + os.pathsep + os.environ.get("PATH", ""))
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 
@@ -101,7 +101,12 @@ class Worker:
                     os.dup2(w_out, 1)
                     os.dup2(w_err, 2)
                     os.dup2(w_res, 3)
-                    os.closerange(4, 1 << 16)
+                    keep = self.iso.landlock.fd if self.iso.landlock is not None else -1
+                    if keep > 4:  # the Landlock ruleset, inherited: restricting to it is the candidate's own call
+                        os.closerange(4, keep)
+                        os.closerange(keep + 1, 1 << 16)
+                    else:
+                        os.closerange(4, 1 << 16)
                     isolation.enter_child(limits, self.iso, workdir)
                     harness.main(job, 3)
                 except BaseException:
@@ -163,7 +168,7 @@ class Worker:
 
     def _size_box(self, mb: int) -> None:
         """The box and /dev/shm tmpfs sized for this job (a problem's disk_mb): remounted only when it changes."""
-        if mb == self.box_mb or os.geteuid() != 0:
+        if mb == self.box_mb or not self.iso.priv:
             return
         try:
             jail._mount(None, self.box, None, jail.MS_REMOUNT | jail.MS_NOSUID | jail.MS_NODEV,
@@ -212,7 +217,7 @@ class Worker:
         place (where the candidate's root sees it), or, without mount rights, linked to."""
         try:
             os.close(os.open(inside, os.O_CREAT | os.O_WRONLY, 0o444))
-            if os.geteuid() != 0:
+            if not self.iso.priv:
                 os.unlink(inside)
                 os.symlink(host, inside)
                 return
@@ -325,6 +330,11 @@ class Worker:
         """Nothing a candidate started may outlive its evaluation."""
         if self.iso.uid is not None:
             isolation.kill_uid(self.iso.uid)
+        elif self.iso.pidns:  # init of the namespace: kill(-1) reaches every other process in it, and only those
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         else:
             isolation.kill_descendants(os.getpid())
         isolation.reap_orphans(wait=2.0)
@@ -471,7 +481,7 @@ def main() -> None:
         return  # the orchestrator died before the line above
     opts = json.loads(cin.recv_bytes())
     host_pid = os.getpid()
-    entered, notes = isolation.enter_namespaces(set(opts.get("disable", [])))
+    entered, notes = isolation.enter_namespaces(set(opts.get("disable", [])), opts.get("mode", "root"))
     worker = Worker(opts, entered, notes, host_pid)
     try:  # our pid as the host sees it (/proc here is still the host's mount): 1 inside our PID namespace
         pid = int(os.readlink("/proc/self"))

@@ -123,6 +123,8 @@ class CampaignTrainer:
             self.covrl = CoVRLUpdater(self.trainer, covrl_config(cfg))
         self.version = 0
         self.last_iteration = -1
+        self.prober = None  # evolve/probe.py, built at the first step (it needs the campaign's problems)
+        self._before: dict[str, Any] = {}
         self._load()
 
     # --------------------------------------------------------------- persistence
@@ -198,8 +200,10 @@ class CampaignTrainer:
             self._publish(snap)
             done = {r.step for r in camp.archive.training_rows()}
             if self.last_iteration not in done and (snap / "stats.json").is_file():  # killed before the row
-                camp.archive.record_training(self.last_iteration, self.version,
-                                             json.loads((snap / "stats.json").read_text()))
+                stats = json.loads((snap / "stats.json").read_text())
+                if self._probe_due(stats) and "probe_own" not in stats:  # killed while probing: the same draw
+                    stats.update(self._probe(camp))
+                camp.archive.record_training(self.last_iteration, self.version, stats)
         t = camp.iteration
         if t > 0 and t % self.cfg.train.every == 0 and self.last_iteration < t:
             self.train(camp, t)
@@ -234,10 +238,29 @@ class CampaignTrainer:
             out.append(shape_rewards(m, mode, novel=mask, parent=parents.get(parent_of[c.id])))
         return out
 
+    def _probe_due(self, stats: dict[str, Any]) -> bool:
+        every = self.cfg.train.probe_every
+        return bool(every and stats.get("samples") and self.version % every == 0)
+
+    def _probe(self, camp: "Campaign", suffix: str = "") -> dict[str, Any]:
+        """The fixed probe sets' rewards under the current policy (evolve/probe.py); {} when probes are off."""
+        if not self.cfg.train.probe_every:
+            return {}
+        if self.prober is None:
+            from .probe import Prober
+
+            self.prober = Prober(list(camp.problems.values()), seed=self.cfg.seed, k=self.cfg.train.probe_problems,
+                                 group=self.cfg.train.probe_group, m=self.cfg.answers,
+                                 temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
+                                 style=camp.prompt_style)
+        return self.prober.run(self.backend, camp.evaluator, suffix)
+
     def train(self, camp: "Campaign", iteration: int) -> dict[str, Any] | None:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
+        # before the first update: the probes' baseline, kept in that step's row
+        self._before = self._probe(camp, "_before") if self.version == 0 else {}
         raw_mats, gids, comps = score_matrices(groups)
         if self.covrl is not None:
             from proposer.covrl_campaign import is_covrl_step
@@ -302,9 +325,12 @@ class CampaignTrainer:
         return self._finish(camp, iteration, stats)
 
     def _finish(self, camp, iteration: int, stats: dict[str, Any]) -> dict[str, Any]:
-        """Snapshot, publish, and the archive row of a step."""
+        """Probes, snapshot, publish, and the archive row of a step."""
+        stats.update(self._before)
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
+        if self._probe_due(stats):  # probes sample the published policy
+            stats.update(self._probe(camp))
         camp.archive.record_training(iteration, self.version, stats)
         return stats

@@ -40,17 +40,17 @@ def _registry(args):
     return discover(getattr(args, "problems_dir", None) or [])
 
 
-def _pool(workers: int = 2, hide=()):
+def _pool(workers: int = 2, hide=(), unsafe_no_sandbox: bool = False):
     from evaluators.pool import SandboxPool
 
-    return SandboxPool(workers=workers, hide=hide)
+    return SandboxPool(workers=workers, hide=hide, unsafe_no_sandbox=unsafe_no_sandbox)
 
 
 # ------------------------------------------------------------------ problems
 
 def cmd_problems_list(args) -> int:
     reg = _registry(args)
-    probs = reg.select(suite=args.suite) if args.suite else list(reg.problems.values())
+    probs = reg.select(suite=args.suite) if args.suite else reg.all()
     if args.json:
         for p in probs:
             print(json.dumps({"id": p.id, "suite": p.suite, "split": p.split, "title": p.title,
@@ -188,7 +188,7 @@ def cmd_eval_program(args) -> int:
         code = Path(args.program).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{args.program}: cannot read program: {e}")
-    with _pool(1) as pool:
+    with _pool(1, unsafe_no_sandbox=args.unsafe_no_sandbox) as pool:
         ev = pool.evaluate(p, code, time_limit=args.timeout)
         iso = pool.isolation
     if args.json:
@@ -199,7 +199,15 @@ def cmd_eval_program(args) -> int:
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
-        print(f"isolation: {iso.get('network')}, {iso.get('filesystem')}")
+        print(f"sandbox: {iso.get('summary')}")
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from evaluators.sandbox import doctor_lines, probe
+
+    report = probe()
+    print(json.dumps(report) if args.json else "\n".join(doctor_lines(report)))
     return 0
 
 
@@ -221,7 +229,8 @@ def _set_overrides(items: list[str]) -> dict:
     """--set KEY=VALUE (repeatable): any config key, the value read as YAML (1e-4, true, [a, b])."""
     import yaml
 
-    out = {}
+    out: dict = {}
+    dotted: dict = {}
     for item in items or []:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
@@ -232,14 +241,16 @@ def _set_overrides(items: list[str]) -> dict:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
         section, dot, sub_key = key.strip().partition(".")
         if dot:  # train.lr=1e-4: the sectioned spelling
-            out.setdefault(section, {})[sub_key] = value
+            dotted.setdefault(section, {})[sub_key] = value
         else:
             out[key.strip()] = value
-    return out
+    from .config import merge, nest
+
+    return merge(nest(out, "--set"), nest(dotted, "--set"))  # `--set train=grpo --set train.lr=1e-4`: both
 
 
 def cmd_run(args) -> int:
-    from .config import flag_value, load_config, run_flags
+    from .config import flag_value, load_config, merge, nest, run_flags
     from .runner import start
 
     overrides = {}
@@ -247,7 +258,8 @@ def cmd_run(args) -> int:
         v = getattr(args, key, None)
         if v not in (None, []):
             overrides[key] = flag_value(kind, v) if isinstance(v, str) else v
-    overrides.update(_set_overrides(args.set))
+    # sections merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
+    overrides = merge(nest(overrides, "flags"), _set_overrides(args.set))
     cfg = load_config(args.config, overrides)
     if not (cfg.problems or cfg.suite or cfg.problems_dir):
         print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
@@ -291,18 +303,29 @@ def _open_run(run_dir: str):
 
 def cmd_runs_show(args) -> int:
     from .campaign import summarize
+    from .probe import learning
 
     if args.program is not None:
         return _show_program(args)
     with _open_run(args.run_dir) as a:
         s = summarize(a)
-        s["training_steps"] = len(a.training_rows())
+        rows = a.training_rows()
+        s["training_steps"] = len(rows)
+        s["learning"] = learning(rows)
+        s["isolation"] = json.loads(a.get_meta("isolation", "null") or "null")
     if args.json:
         print(json.dumps(s))
     else:
         _print_summary(Path(args.run_dir), s)
+        if s["isolation"]:
+            print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
+        probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
+        if probes:  # fixed problems and seed: differences between probes are the policy's, not the batches'
+            fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+            print("probe reward (own / held-out) by policy version: " + ", ".join(
+                f"v{r['step']} {fmt(r['probe_own'])} / {fmt(r['probe_heldout'])}" for r in probes))
     if getattr(args, "code", False):
         with _open_run(args.run_dir) as a:
             for pid, b in sorted(s["best"].items()):
@@ -404,6 +427,15 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_ui(args) -> int:
+    from .ui.server import serve
+    from .ui.store import runs_under
+
+    specs = list(args.runs) + [f"{name}={path}" for name, path in runs_under(args.root)] if args.root else args.runs
+    serve(_labelled_runs(specs, []), args.host, args.port, args.token, announce=lambda url: print(url, flush=True))
+    return 0
+
+
 # ------------------------------------------------------------------ proposer studies
 
 def _problems_for(args):
@@ -424,7 +456,7 @@ def cmd_train(args) -> int:
     with _pool(args.workers) as pool:
         hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
                      batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
-                     max_tokens=args.max_tokens)
+                     max_tokens=args.max_tokens, probe_every=args.probe_every)
     if hist:
         key = "mean_set_reward" if "mean_set_reward" in hist[0] else "reward"  # covrl: reference log-likelihood
         print(f"trained {len(hist)} steps: {key.replace('_', ' ')} {hist[0].get(key, 0.0):.3f} -> "
@@ -512,8 +544,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("program")
     p.add_argument("--json", action="store_true")
     p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="run the program even where no sandbox layer is available (it gets all your rights)")
     pdir(p)
     p.set_defaults(fn=cmd_eval_program)
+    p = sub.add_parser("doctor", help="which sandbox layers this machine gives candidates, and why not")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_doctor)
 
 
     p = sub.add_parser("run", help="run an evolution campaign")
@@ -566,6 +603,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
     p.add_argument("--out", required=True, metavar="DIR")
     p.set_defaults(fn=cmd_report)
+    p = sub.add_parser("ui", help="live web app over run folders (while they run and after); Ctrl-C stops it")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are seeds")
+    p.add_argument("--root", metavar="DIR", help="also every run folder below DIR (two levels: D/run, D/arm/seed-N)")
+    p.add_argument("--host", default="127.0.0.1", help="any non-loopback address requires the token")
+    p.add_argument("--port", type=int, default=8765, help="0: any free port")
+    p.add_argument("--token", help="access token (default: generated when --host is not loopback)")
+    p.set_defaults(fn=cmd_ui)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):
@@ -593,6 +637,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--batch", type=int, default=2, help="problems per step")
             p.add_argument("--lr", type=float, default=1e-3, help="as the run config's train_lr")
             p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+            p.add_argument("--probe-every", dest="probe_every", type=int, default=5, metavar="N",
+                           help="reward of fixed probe problems (own and held-out) every N steps and before the "
+                           "first; 0: off")
             p.add_argument("--out", required=True, metavar="DIR")
         else:
             p.add_argument("--k", type=int, default=30)

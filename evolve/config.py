@@ -117,6 +117,11 @@ class TrainSection(StrictModel):
     max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
     grad_checkpointing: bool = False
     autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
+    # learning diagnostics (evolve/probe.py): a fixed probe set, sampled with a fixed seed
+    probe_every: int = Field(5, ge=0, description="probe after every N-th policy update, and once before the "
+                             "first (0: no probes)")
+    probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
+    probe_group: int = Field(2, ge=1, description="completions per probe problem")
     # CoVRL (algo: covrl | vpo+covrl; proposer/covrl.py)
     covrl_alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
     covrl_clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
@@ -139,6 +144,8 @@ class SandboxConfig(StrictModel):
     workers: int = Field(2, ge=1, description="sandbox worker processes (per node with executor ray)")
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="seconds per candidate; "
                                        "None: the problem's own timeout")
+    unsafe_no_sandbox: bool = Field(False, description="run candidates even where neither user namespaces nor "
+                                    "Landlock can confine them: they then read your files and signal your processes")
 
 
 class ExecutorConfig(StrictModel):

@@ -2,12 +2,12 @@
 
 Gathering (reads of the archives, no HTML) is kept apart from `render`, so the numbers can be checked without
 parsing a page. The page works offline and without JavaScript: the figures are PNG files next to index.html
-and program code sits in <details>. Program code, error messages, problem titles and test labels are
-untrusted text and are HTML-escaped wherever they appear.
+and program code sits in <details>. Its frame, style, escaping and per-test pieces are `vevo ui`'s
+(evolve/ui/components.py), so the two show a program the same way. Program code, error messages, problem
+titles and test labels are untrusted text and are HTML-escaped wherever they appear.
 """
 from __future__ import annotations
 
-import html
 import json
 import math
 import re
@@ -20,10 +20,11 @@ from .archive import Archive, ProgramRow, TrainingRow
 from .campaign import summarize
 from .config import nest
 from .curves import Axis, plot
+from .ui.components import by as _by, e as _e, fmt as _fmt, frame, test_strip, test_table
 
 # Training keys plotted first, in this order; every other numeric key follows alphabetically.
-WELL_KNOWN_KEYS = ("mean_set_reward", "reward_diversity", "loss", "pg_loss", "kl", "mean_abs_dlogp",
-                   "clip_frac", "greedy_changed", "grad_norm", "mean_ratio")
+WELL_KNOWN_KEYS = ("mean_set_reward", "probe_own", "probe_heldout", "reward_diversity", "loss", "pg_loss", "kl",
+                   "mean_abs_dlogp", "clip_frac", "greedy_changed", "grad_norm", "mean_ratio")
 # The x-axis of the training plots, not a diagnostic.
 _AXIS_KEYS = frozenset({"iteration", "step"})
 
@@ -107,7 +108,8 @@ def _is_number(v: Any) -> bool:
 def training_keys(rows: Sequence[TrainingRow]) -> list[str]:
     """Numeric diagnostics present in any step: the well-known ones first, in WELL_KNOWN_KEYS order, then the
     rest alphabetically. Text (algo, skip reasons), booleans and the x-axis keys are left out."""
-    present = {k for r in rows for k, v in r.data.items() if _is_number(v) and k not in _AXIS_KEYS}
+    present = {k for r in rows for k, v in r.data.items()
+               if _is_number(v) and k not in _AXIS_KEYS and not k.endswith("_before")}  # before: the probes' v0
     known = [k for k in WELL_KNOWN_KEYS if k in present]
     return known + sorted(present - set(known))
 
@@ -198,33 +200,6 @@ def plot_training(data: ReportData, out_dir: Path) -> list[tuple[str, str]]:
 
 # ---------------------------------------------------------------------------------------------- HTML
 
-def _e(s: Any) -> str:
-    return html.escape(str(s), quote=True)
-
-
-def _fmt(v: float) -> str:
-    return f"{v:.3g}" if v not in (0.0, 1.0) else str(int(v))
-
-
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}
-h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ccc}
-table{border-collapse:collapse}th,td{border:1px solid #ddd;padding:4px 8px;vertical-align:top;text-align:left}
-th{background:#f3f3f3}td.solved{background:#dcefdc}td.unsolved{color:#777}
-.pid{font-family:monospace}.title{color:#555;font-size:12px;max-width:280px}
-.t{display:inline-block;min-width:18px;margin:1px;padding:0 2px;font:11px monospace;text-align:center;
-border-radius:2px}.t-pass{background:#8fcf8f}.t-part{background:#f0d878}.t-fail{background:#eaa8a8}
-pre{background:#f7f7f7;padding:8px;overflow-x:auto;max-width:760px;font-size:12px}
-.grid{display:flex;flex-wrap:wrap;gap:8px}.grid img{width:360px;border:1px solid #eee}
-#curves{max-width:100%}
-.note{color:#666}summary{cursor:pointer;color:#245}
-"""
-
-
-def _by(seed: bool, version: int) -> str:
-    return "seed program" if seed else f"policy v{version}"
-
-
 def _runs_table(data: ReportData) -> str:
     rows = ["<table id='runs'><tr><th>run</th><th>folder</th><th>training</th><th>iterations</th>"
             "<th>evaluations</th><th>solved</th><th>training steps</th></tr>"]
@@ -237,29 +212,18 @@ def _runs_table(data: ReportData) -> str:
     return "\n".join(rows) + "</table>"
 
 
-def _test_strip(vector: list[float], labels: tuple[str, ...]) -> str:
-    cells = []
-    for i, v in enumerate(vector):
-        cls = "t-pass" if v >= 1.0 - 1e-9 else "t-part" if v > 0 else "t-fail"
-        label = labels[i] if i < len(labels) else f"test {i}"
-        cells.append(f"<span class='t {cls}' title='{_e(label)}'>{_e(_fmt(v))}</span>")
-    return "".join(cells)
-
-
 def _best_cell(data: ReportData, pid: str) -> str:
     found = overall_best(data, pid)
     if found is None:
         return "<td class='unsolved'>no program</td>"
     run, p = found
     labels = data.info.get(pid, ProblemInfo()).test_labels
-    tests = "".join(f"<tr><td>{i}</td><td class='pid'>{_e(labels[i] if i < len(labels) else '')}</td>"
-                    f"<td>{_e(_fmt(v))}</td></tr>" for i, v in enumerate(p.vector))
     err = p.artifacts.get("first_error") or p.artifacts.get("error")
     err_html = f"<p>first error: <code>{_e(err)}</code></p>" if err else ""
     return (f"<td><div>{_e(_fmt(p.scalar))} · {_e(p.status)} · {_e(run.name)}, iteration {p.iteration}, "
-            f"{_by(p.completion_id is None, p.policy_version)}</div><div>{_test_strip(p.vector, labels)}</div>"
+            f"{_by(p.completion_id is None, p.policy_version)}</div><div>{test_strip(p.vector, labels)}</div>"
             f"<details><summary>program and per-test results</summary>{err_html}"
-            f"<table><tr><th>test</th><th>case</th><th>score</th></tr>{tests}</table>"
+            f"{test_table(p.vector, labels)}"
             f"<pre><code>{_e(p.code)}</code></pre></details></td>")
 
 
@@ -308,10 +272,7 @@ def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations") -> Pat
     out.mkdir(parents=True, exist_ok=True)
     plot(data.runs, x, out / "curves.png")
     figures = plot_training(data, out)
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>vevo report</title><style>{_CSS}</style></head>
-<body>
-<h1>vevo report: {_e(", ".join(r.name for r in data.run_data))}</h1>
+    body = f"""<h1>vevo report: {_e(", ".join(r.name for r in data.run_data))}</h1>
 <h2>Runs</h2>
 {_runs_table(data)}
 <h2>Search curves</h2>
@@ -323,9 +284,8 @@ their min–max band.</p>
 (v0 is the untrained proposer). Best program: the highest score over all runs; hover a test for its case.</p>
 {_problem_table(data)}
 <h2>Training diagnostics</h2>
-{_training_section(data, figures)}
-</body></html>
-"""
+{_training_section(data, figures)}"""
+    page = frame("vevo report", body)  # the UI's page frame and style, without its live script
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
     return index

@@ -103,7 +103,25 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)
     camp.archive.set_meta("skipped_problems", json.dumps(skipped))
     camp._own_pool = own_pool  # type: ignore[attr-defined]
+    record_isolation(camp, progress)
     return camp
+
+
+def record_isolation(camp: Campaign, progress: bool) -> None:
+    """The sandbox this run's candidates get: one line on stderr at the start, and the run's metadata (`runs show`;
+    a resumed run records the sandbox of its latest start)."""
+    import json
+    import sys
+
+    try:
+        iso = getattr(camp.evaluator, "isolation", None)
+    except Exception:  # an executor that cannot say (a remote cluster gone) must not stop the run here
+        iso = None
+    if not isinstance(iso, dict) or not iso:
+        return
+    camp.archive.set_meta("isolation", json.dumps(iso))
+    if progress:
+        print(f"vevo: sandbox: {iso.get('summary') or iso.get('filesystem')}", file=sys.stderr)
 
 
 def _finish(camp: Campaign) -> dict:

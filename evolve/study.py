@@ -16,56 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from evaluators.types import Evaluation
 from problems.model import Problem
-from proposer.base import SamplingParams
-from proposer.base import TRAINABLE, has
+from proposer.base import TRAINABLE, SamplingParams, has
 from proposer.errors import TrainingError
 from proposer import naming
 from proposer.backends import PRETRAIN_RECORD
 from proposer.estimators import ESTIMATORS
 from proposer.files import honour_umask
 from proposer.parsing import parse_answers
-from proposer.prompting import PromptContext, build_prompt
 from proposer.rewards import comparable_reward, reward_diversity
 from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
-from proposer.mutate import MutationError, apply_answer
+from .scoring import score_completions, seed_prompt
 
-
-def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact",
-                alias: str | None = None) -> str:
-    """The prompt for a problem's seed; ``alias``: the function name the model writes (``naming.entry_name``)."""
-    labels = [problem.test_label(i) for i in range(problem.n_tests)] or \
-        [f"metric {j}" for j in range(len(seed_eval.vector))]
-    ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=problem.seed_code,
-                        parent_vector=list(seed_eval.vector), test_labels=labels[: len(seed_eval.vector)], m=m)
-    return build_prompt(naming.present(ctx, naming.Renaming.make(problem.entry_point, alias, problem.seed_code)),
-                        style=style)
-
-
-def score_completions(problem: Problem, texts: list[str], m: int, d: int, pool,
-                      alias: str | None = None) -> tuple[list[np.ndarray], list[Evaluation]]:
-    """Each completion → its (m × d) score matrix; unparseable or inapplicable answers score 0. ``alias``: as
-    for `seed_prompt` (answers are renamed back to the problem's entry point)."""
-    ren = naming.Renaming.make(problem.entry_point, alias, problem.seed_code)
-    parent = ren.to_model(problem.seed_code) if ren is not None else problem.seed_code
-    codes, where = [], []
-    for ci, text in enumerate(texts):
-        for ai, a in enumerate(parse_answers(text, m)):
-            if a.kind in ("code", "diff"):
-                try:
-                    code = apply_answer(parent, a)
-                    codes.append(ren.from_model(code) if ren is not None else code)
-                    where.append((ci, ai))
-                except MutationError:
-                    pass
-    evs = pool.evaluate_many([(problem, c) for c in codes]) if codes else []
-    mats = [np.zeros((m, d)) for _ in texts]
-    for (ci, ai), ev in zip(where, evs):
-        v = np.asarray(ev.vector[:d], dtype=float)
-        mats[ci][ai, : v.size] = v
-    return mats, evs
+__all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k", "score_completions", "seed_prompt"]
 
 
 def _style(backend) -> str:
@@ -76,7 +40,10 @@ def _style(backend) -> str:
 def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: int = 10, m: int = 4, group: int = 4,
           batch: int = 2, lr: float = 1e-3, lora: bool = True, seed: int = 0, out: str | Path | None = None,
           max_tokens: int = 384, temperature: float = 1.0, lora_rank: int = 8, epochs: int = 1,
-          kl_beta: float = 1e-3, log=print) -> list[dict[str, Any]]:
+          kl_beta: float = 1e-3, probe_every: int = 5, probe_problems: int = 4, probe_group: int = 2,
+          log=print) -> list[dict[str, Any]]:
+    """RL on the problems' seed prompts; every ``probe_every`` steps (and before the first) the fixed probe
+    sets' rewards (evolve/probe.py: some of these problems, and held-out ones) go into that step's record."""
     if not has(backend, TRAINABLE):
         raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
@@ -95,6 +62,12 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         return history
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
+    prober = None
+    if probe_every:
+        from .probe import Prober
+
+        prober = Prober(problems, seed=seed, k=probe_problems, group=probe_group, m=m, temperature=temperature,
+                        max_tokens=max_tokens, style=_style(backend))
     history = []
     for step in range(steps):
         chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
@@ -114,9 +87,13 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         stats: dict[str, Any] = {"step": step, "algo_reward": float(np.mean(diag["raw_scores"])),
                                  "reward_diversity": reward_diversity(mats), "samples": len(samples)}
         stats.update(comparable_reward(mats))  # mean_set_reward (fixed weights), mean_best_answer
+        if prober is not None and step == 0:
+            stats.update(prober.run(backend, pool, "_before"))
         if samples:
             stats.update(trainer.step(samples))
         backend.set_policy_version(step + 1)
+        if prober is not None and (step + 1) % probe_every == 0:
+            stats.update(prober.run(backend, pool))
         history.append(stats)
         log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
     _save(backend, model, lora, out, history)

@@ -99,10 +99,31 @@ class Registry:
     def add(self, p: Problem) -> None:
         self.problems.setdefault(p.id, p)  # first source wins: built-ins, then folders, then plugins
 
+    builtins_loaded: bool = False  # only the default suites (pbe, sr) are generated up front
+
     def get(self, pid: str) -> Problem:
+        if pid not in self.problems and not self.builtins_loaded:
+            self.load_builtins()  # an id of another built-in suite (pbe/hard-list-7, a sr-classic formula)
         if pid in self.problems:
             return self.problems[pid]
         raise UnknownProblem(f"unknown problem {pid!r} (see `vevo problems list`)")
+
+    def load_builtins(self) -> None:
+        """Every built-in suite's problems, so any id `vevo problems list` prints resolves; done on demand because
+        the suites beyond pbe and sr take seconds to generate and most commands never need them. Problems already
+        registered keep their place (first source wins)."""
+        from .suites import SUITES
+
+        for make in SUITES.values():
+            for p in make():
+                self.add(p)
+        self.builtins_loaded = True
+
+    def all(self) -> list[Problem]:
+        """Every problem this registry can name: all built-in suites, folders and plugins."""
+        if not self.builtins_loaded:
+            self.load_builtins()
+        return list(self.problems.values())
 
     def suites(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
@@ -111,6 +132,8 @@ class Registry:
         return out
 
     def select(self, suite: str | None = None, ids: Iterable[str] = ()) -> list[Problem]:
+        """The suite's problems plus the ids given (a union: `--suite pbe --problem pbe/hard-list-7` runs the 24
+        pbe problems and that one), in that order, each once."""
         ids = list(ids)
         chosen: list[Problem] = []
         if suite:
@@ -151,7 +174,7 @@ def plugin_sources() -> list[tuple[str, Callable]]:
 
 def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plugins: bool = True) -> Registry:
     problems_dirs = list(problems_dirs)
-    reg = Registry()
+    reg = Registry(builtins_loaded=not builtin)
     if builtin:
         from .suites import builtin_problems
 

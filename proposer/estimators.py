@@ -1,6 +1,6 @@
 """Advantage estimators for multi-answer completions with vector rewards: pure numpy, one function each.
 
-Shared calling convention (DESIGN.md "Training"; contract 4: estimators equal the reference formulas)::
+Shared calling convention (contract 4 of docs/ARCHITECTURE.md: estimators equal the reference formulas)::
 
     advantages, diagnostics = estimator(score_matrices, group_ids, *, ..., eps=1e-6)
 

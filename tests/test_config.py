@@ -155,3 +155,22 @@ def test_assignment_keeps_sections():
     cfg.suite = "pbe"  # validate_assignment re-runs the validators with the sections as models
     assert (cfg.train.algo, cfg.train.lr, cfg.selection.method, cfg.suite) == ("vpo", 0.01, "niches", "pbe")
     assert cfg.model_copy(update={"seed": 3}).train.lr == 0.01
+
+
+@pytest.mark.parametrize("argv,want", [
+    (["--train", "vpo", "--train-every", "5", "--set", "train.probe_every=1"], ("vpo", 5, 1e-3, 1)),
+    (["--train-lr", "0.1", "--set", "train.lr=0.2"], ("none", 10, 0.2, 5)),
+    (["--set", "train=grpo", "--set", "train.lr=0.3"], ("grpo", 10, 0.3, 5)),
+])
+def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
+    """A dotted --set adds to a section the flags (or a flat --set) started; it used to replace it, so
+    `--train vpo --set train.lr=...` silently ran with no training."""
+    import evolve.runner
+    from evolve import cli
+
+    seen = []
+    monkeypatch.setattr(evolve.runner, "start", lambda cfg, progress: seen.append(cfg) or (Path("x"), None))
+    monkeypatch.setattr(cli, "_print_summary", lambda *a: None)
+    cli.cmd_run(cli.build_parser("run").parse_args(["run", "--suite", "pbe", *argv]))
+    t = seen[0].train
+    assert (t.algo, t.every, t.lr, t.probe_every) == want

@@ -211,3 +211,26 @@ def test_problems_list_and_show_and_eval_program(tmp_path):
     assert set(ev) == {"status", "vector", "scalar", "solved", "artifacts"} and ev["solved"]
     r = vevo("eval-program", "no/such", str(f), check=False)
     assert r.returncode == 2 and "unknown problem" in r.stderr
+
+
+def test_every_listed_id_resolves_everywhere():
+    """A newcomer's path: any id `problems list --suite X --json` prints, for every built-in suite, is known to
+    `problems show`, to a registry without the suite (campaigns, `eval-program`, `train --problem`), and
+    `problems list` with no suite lists them all; `--suite S --problem ID` is the union of both."""
+    from problems.suites import SUITES
+
+    listed: dict[str, list[str]] = {}
+    for suite in SUITES:
+        listed[suite] = [json.loads(x)["id"] for x in vevo("problems", "list", "--suite", suite, "--json").stdout.splitlines()]
+        assert listed[suite], suite
+    reg = discover([])
+    for suite, ids in listed.items():
+        for pid in ids:
+            assert reg.resolve(pid).id == pid, (suite, pid)
+    all_ids = {json.loads(x)["id"] for x in vevo("problems", "list", "--json").stdout.splitlines()}
+    assert all_ids == {pid for ids in listed.values() for pid in ids}
+    for suite in ("pbe-hard-train", "sr-classic"):  # ids outside the default suites, through the CLI itself
+        pid = listed[suite][-1]
+        assert f"id:          {pid}" in vevo("problems", "show", pid).stdout
+    chosen = discover([]).select(suite="pbe-heldout", ids=[listed["pbe-hard-train"][0], listed["pbe-heldout"][0]])
+    assert [p.id for p in chosen] == listed["pbe-heldout"] + [listed["pbe-hard-train"][0]]

@@ -1,0 +1,125 @@
+"""Learning diagnostics: the reward of a fixed probe set, sampled with a fixed seed, as training goes on.
+
+The reward of the batch a step trains on cannot tell learning from drift: in a campaign the batches move to
+harder problems as easy ones get solved, so a falling batch reward can hide learning and a rising one can be
+selection. A probe holds the problems, the prompts (built from each problem's seed program, as `vevo train`
+builds them) and the sampling seed fixed, so two probes differ only by the policy (common random numbers:
+the same seed at every probe). Two probe sets are kept apart:
+
+* ``own``: problems the run trains on (a campaign's own problems; `vevo train`'s training problems);
+* ``heldout``: problems it never sees, from the first suite of ``PROBE_SUITES`` that has enough problems
+  outside the run (generic drift or transfer, not the search's own progress).
+
+The value is ``mean_set_reward`` (proposer/rewards.py: fixed Dirichlet weights, the same for every algorithm).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from problems.model import Problem
+from proposer.base import SamplingParams
+from proposer.rewards import comparable_reward
+
+from .scoring import score_completions, seed_prompt
+
+# where held-out probe problems come from: the first suite with enough problems the run does not use
+PROBE_SUITES = ("pbe-hard-train", "pbe-train", "pbe-heldout")
+PROBE_SEED = 0x5EED  # mixed with the run's seed; the same at every probe of a run
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str  # "own" | "heldout"
+    problems: tuple[Problem, ...]
+    prompts: tuple[str, ...]
+    dims: tuple[int, ...]  # each problem's score-vector length (from its seed program's evaluation)
+
+
+def pick(ids: Sequence[str], k: int, seed: int) -> list[str]:
+    """k of the ids, drawn once from the run's seed (sorted first, so the pick does not depend on order)."""
+    ids = sorted(set(ids))
+    if k >= len(ids):
+        return ids
+    rng = np.random.default_rng([seed, PROBE_SEED])
+    return sorted(rng.choice(ids, size=k, replace=False).tolist())
+
+
+def heldout_problems(used: set[str], k: int, seed: int) -> list[Problem]:
+    """k problems of the first PROBE_SUITES suite that has at least k problems outside ``used``; [] if none."""
+    from problems.suites import SUITES
+
+    for suite in PROBE_SUITES:
+        free = {p.id: p for p in SUITES[suite]() if p.id not in used}
+        if len(free) >= k:
+            return [free[i] for i in pick(list(free), k, seed)]
+    return []
+
+
+def build(name: str, problems: Sequence[Problem], evaluator, m: int, style: str) -> Probe | None:
+    """The probe's prompts, from each problem's seed program and its evaluation (one evaluator call)."""
+    if not problems:
+        return None
+    seeds = evaluator.evaluate_many([(p, p.seed_code) for p in problems])
+    prompts = tuple(seed_prompt(p, s, m, style) for p, s in zip(problems, seeds))
+    return Probe(name, tuple(problems), prompts, tuple(max(1, len(s.vector)) for s in seeds))
+
+
+def reward(backend, probe: Probe, evaluator, *, m: int, group: int, seed: int, temperature: float,
+           max_tokens: int) -> float:
+    """mean_set_reward of ``group`` completions per probe prompt, sampled with ``seed``."""
+    groups = backend.generate(list(probe.prompts), group,
+                              SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed))
+    mats: list[np.ndarray] = []
+    for p, d, comps in zip(probe.problems, probe.dims, groups):
+        mats += score_completions(p, [c.text for c in comps], m, d, evaluator)[0]
+    return comparable_reward(mats)["mean_set_reward"]
+
+
+class Prober:
+    """The probes of one run, built on first use (they need the evaluator) and run on demand."""
+
+    def __init__(self, own: Sequence[Problem], *, seed: int, k: int, group: int, m: int, temperature: float,
+                 max_tokens: int, style: str):
+        self.own_pool, self.seed, self.k, self.group, self.m = list(own), seed, k, group, m
+        self.temperature, self.max_tokens, self.style = temperature, max_tokens, style
+        self.probes: list[Probe] | None = None
+
+    def _build(self, evaluator) -> list[Probe]:
+        by_id = {p.id: p for p in self.own_pool}
+        own = [by_id[i] for i in pick(list(by_id), self.k, self.seed)]
+        held = heldout_problems(set(by_id), self.k, self.seed)
+        return [p for p in (build("own", own, evaluator, self.m, self.style),
+                            build("heldout", held, evaluator, self.m, self.style)) if p is not None]
+
+    def run(self, backend, evaluator, suffix: str = "") -> dict[str, Any]:
+        """{probe_own, probe_heldout, probe_seconds} (each key + suffix); the heldout key is missing when no
+        suite had enough problems outside the run."""
+        start = time.perf_counter()
+        if self.probes is None:
+            self.probes = self._build(evaluator)
+        out: dict[str, Any] = {}
+        for probe in self.probes:
+            out[f"probe_{probe.name}{suffix}"] = reward(backend, probe, evaluator, m=self.m, group=self.group,
+                                              seed=self.seed * 1_000_003 + PROBE_SEED,
+                                              temperature=self.temperature, max_tokens=self.max_tokens)
+        out[f"probe_seconds{suffix}"] = time.perf_counter() - start
+        return out
+
+
+def learning(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    """`runs show --json`'s ``learning``: one entry per training step (``step`` = the policy version after it,
+    ``batch_reward`` = mean_set_reward of the groups it trained on), probe values where a probe ran (None
+    between probe points), and a step-0 entry with the probes taken before the first update."""
+    out: list[dict[str, Any]] = []
+    for r in rows:  # archive TrainingRow: step (the campaign iteration), policy_version, data
+        d = r.data
+        if "probe_own_before" in d or "probe_heldout_before" in d:
+            out.append({"step": 0, "iteration": r.step, "batch_reward": None,
+                        "probe_own": d.get("probe_own_before"), "probe_heldout": d.get("probe_heldout_before")})
+        out.append({"step": r.policy_version, "iteration": r.step, "batch_reward": d.get("mean_set_reward"),
+                    "probe_own": d.get("probe_own"), "probe_heldout": d.get("probe_heldout")})
+    return out

@@ -1,0 +1,253 @@
+"""The views of `vevo ui`, one function per URL, each returning a whole HTML page built from `RunStore` reads
+and the shared components. No view reads more than a bounded number of rows (see store.py)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Sequence
+
+from ..report import WELL_KNOWN_KEYS, ProblemInfo, training_keys
+from .charts import band, line_chart, lineage_svg, quote_seg, thin
+from .components import by, diff_html, e, fmt, frame, heatmap, test_strip, test_table
+from .store import CURVE_POINTS, RunStore
+
+AXES = {"iterations": (0, "iteration"), "evaluations": (1, "evaluations"),
+        "wall": (2, "seconds of generation + evaluation")}
+Info = Callable[[str], ProblemInfo]
+
+
+def run_href(name: str, rest: str = "") -> str:
+    return f"/run/{quote_seg(name)}{rest}"
+
+
+def _nav(stores: Sequence[RunStore], current: RunStore | None = None) -> str:
+    links = ["<a href='/'>runs</a>", "<a href='/curves'>curves</a>"]
+    if current is not None:
+        base = run_href(current.name)
+        links += [f"<b>{e(current.name)}</b>:", f"<a href='{e(base)}'>problems</a>",
+                  f"<a href='{e(base)}/lineage'>lineage</a>", f"<a href='{e(base)}/training'>training</a>"]
+    return ("<nav>" + " ".join(links) + " <span class='live' id='live-state'>live: connecting…</span></nav>")
+
+
+def page(title: str, body: str, stores: Sequence[RunStore], current: RunStore | None = None) -> str:
+    return frame(title, body, _nav(stores, current), script="/static/live.js")
+
+
+# ------------------------------------------------------------------------------------------------ overview
+
+def overview(stores: Sequence[RunStore], rows: list[dict[str, Any]]) -> str:
+    head = ("<tr><th></th><th>run</th><th>status</th><th>training</th><th>solved</th><th>best (mean)</th>"
+            "<th>iterations</th><th>programs</th><th>evaluations</th><th>evals/s</th><th>training steps</th></tr>")
+    body = []
+    for r in rows:
+        href = run_href(r["name"])
+        rate = f"{r['evals_per_s']:.3g}" if r["evals_per_s"] else "–"
+        body.append(
+            f"<tr data-run='{e(r['name'])}'><td><input type='checkbox' name='run' value='{e(r['name'])}' checked>"
+            f"</td><td><a href='{e(href)}'>{e(r['name'])}</a><div class='title pid'>{e(r['path'])}</div></td>"
+            f"<td class='status-{e(r['status'])}'>{e(r['status'])}</td><td>{e(r['train'])}</td>"
+            f"<td class='solved-count'>{r['solved']}/{r['problems']}</td><td>{e(fmt(r['best']))}</td>"
+            f"<td>{r['iterations']}</td><td class='programs'>{r['programs']}</td><td>{r['evaluations']}</td>"
+            f"<td>{rate}</td><td><a href='{e(href)}/training'>{r['training_steps']}</a></td></tr>")
+    table = f"<table id='runs'>{head}{''.join(body)}</table>"
+    form = (f"<form action='/curves' method='get'>{table}<p>compare the selected runs: <select name='x'>"
+            + "".join(f"<option value='{k}'>{e(v[1])}</option>" for k, v in AXES.items())
+            + "</select> <button type='submit'>curves</button></p></form>")
+    return page("vevo ui: runs", f"<h1>Runs</h1>{form}", stores)
+
+
+# ------------------------------------------------------------------------------------------------ curves
+
+def curve_series(groups: dict[str, list[RunStore]], x: str) -> dict[str, list]:
+    """Per label: its runs' (x, solved) and (x, best) points, each thinned; a band when it has several."""
+    xi = AXES[x][0]
+    out: dict[str, list] = {}
+    for label, runs in groups.items():
+        solved, best = [], []
+        for s in runs:
+            pts = s.curve_points()
+            solved.append([(float(p[xi]), float(p[3])) for p in pts])
+            best.append([(float(p[xi]), float(p[4])) for p in pts])
+        out[label] = [solved, best]
+    return out
+
+
+def curves(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: str) -> str:
+    series = curve_series(groups, x)
+    charts = []
+    for k, (title, integer) in enumerate((("problems solved", True), ("mean best score", False))):
+        lines = []
+        for label, pair in series.items():
+            runs = pair[k]
+            if len(runs) == 1:
+                lines.append((label, thin(runs[0], CURVE_POINTS), None))
+            else:
+                b = band(runs)
+                lines.append((f"{label} ({len(runs)} runs)", thin([(p[0], p[1]) for p in b], CURVE_POINTS),
+                              [(p[0], p[2], p[3]) for p in thin_band(b)]))
+        charts.append(line_chart(lines, title, AXES[x][1], chart_id=("curve-solved", "curve-best")[k],
+                                 integer_y=integer))
+    picks = "".join(f"<a href='{e(_curves_href(groups, k))}'>{e(v[1])}</a> " for k, v in AXES.items())
+    note = ("<p class='note'>Runs sharing a name (NAME=RUN given twice) are seeds of one setting: their mean with "
+            "the min–max band. x: " + picks + "</p>")
+    return page("vevo ui: curves", f"<h1>Search curves</h1>{note}<div class='charts'>{''.join(charts)}</div>",
+                stores)
+
+
+def thin_band(b: list[tuple[float, float, float, float]]) -> list[tuple[float, float, float, float]]:
+    if len(b) <= CURVE_POINTS:
+        return b
+    k = -(-len(b) // CURVE_POINTS)
+    return b[:-1:k] + [b[-1]]
+
+
+def _curves_href(groups: dict[str, list[RunStore]], x: str) -> str:
+    runs = "&".join(f"run={quote_seg(s.name)}" for rs in groups.values() for s in rs)
+    return f"/curves?{runs}&x={x}" if runs else f"/curves?x={x}"
+
+
+# ------------------------------------------------------------------------------------------------ one run
+
+def run_problems(stores: Sequence[RunStore], s: RunStore, info: Info) -> str:
+    rows = []
+    for p in s.problems():
+        pid, solve = p["problem"], p["solve"]
+        href = run_href(s.name, f"/problem?id={quote_seg(pid)}")
+        title = info(pid).title
+        title_html = f"<div class='title'>{e(title)}</div>" if title and title != pid else ""
+        if solve:
+            cell = (f"<td class='solved'>solved at iteration {solve['iteration']}<br>"
+                    f"{by(solve['seed'], solve['policy_version'])}</td>")
+        else:
+            cell = "<td class='unsolved'>unsolved</td>"
+        rows.append(f"<tr data-problem='{e(pid)}'><td><a class='pid' href='{e(href)}'>{e(pid)}</a>{title_html}</td>"
+                    f"{cell}<td>{e(fmt(p['best']))}</td><td>{p['programs']}</td></tr>")
+    table = ("<table id='problems'><tr><th>problem</th><th>first solve</th><th>best score</th><th>programs</th>"
+             f"</tr>{''.join(rows)}</table>")
+    return page(f"vevo ui: {s.name}", f"<h1>{e(s.name)}</h1><p class='pid'>{e(s.dir)}</p>{table}", stores, s)
+
+
+def problem(stores: Sequence[RunStore], s: RunStore, pid: str, info: Info) -> str:
+    d = s.problem(pid)
+    labels = info(pid).test_labels
+    prog_href = run_href(s.name, "/program/")
+    first = d["first_solve"]
+    if first is not None:
+        solve = (f"<p>Solved at iteration {first.iteration} by {by(first.completion_id is None, first.policy_version)}"
+                 f" (program <a href='{e(prog_href)}{first.id}'>{first.id}</a>).</p>")
+    else:
+        solve = "<p>Not solved yet.</p>"
+    statuses = ", ".join(f"{e(k)} {v}" for k, v in sorted(d["statuses"].items()))
+    best = d["top"][0] if d["top"] else None
+    best_html = ""
+    if best is not None:
+        best_html = (f"<h2>Best program</h2><p><a href='{e(prog_href)}{best.id}'>program {best.id}</a> · score "
+                     f"{e(fmt(best.scalar))} · {e(best.status)} · iteration {best.iteration} · "
+                     f"{by(best.completion_id is None, best.policy_version)}</p><div>{test_strip(best.vector, labels)}"
+                     f"</div><pre><code>{e(best.code)}</code></pre>")
+    heat = heatmap(((f"{prog_href}{p.id}", f"{p.id} ({fmt(p.scalar)})", p.vector) for p in d["top"]), labels)
+    lin = "".join(f"<a href='{e(run_href(s.name, f'/lineage?problem={quote_seg(pid)}&island={i}'))}'>island {i}</a> "
+                  for i in d["islands"])
+    title = info(pid).title
+    body = (f"<h1 class='pid'>{e(pid)}</h1>" + (f"<p class='title'>{e(title)}</p>" if title else "") +
+            f"{solve}<p>programs by status: {statuses or 'none'}</p><p>lineage: {lin or 'none'}</p>{best_html}"
+            f"<h2>Top programs × tests</h2>{heat}")
+    return page(f"vevo ui: {pid}", body, stores, s)
+
+
+def lineage(stores: Sequence[RunStore], s: RunStore, pid: str | None, island: int, pg: int) -> str:
+    problems = [p["problem"] for p in s.problems() if p["programs"]]
+    if pid is None and problems:
+        pid = problems[0]
+    pick = "".join(f"<option value='{e(p)}'{' selected' if p == pid else ''}>{e(p)}</option>" for p in problems)
+    form = (f"<form method='get' action='{e(run_href(s.name, '/lineage'))}'>problem <select name='problem'>{pick}"
+            f"</select> island <input name='island' type='number' min='-1' value='{island}' style='width:4em'> "
+            "<button>show</button></form>")
+    if pid is None:
+        return page(f"vevo ui: lineage of {s.name}", f"<h1>Lineage</h1>{form}<p>no programs yet</p>", stores, s)
+    d = s.lineage(pid, island, pg)
+    base = run_href(s.name, f"/lineage?problem={quote_seg(pid)}&island={island}")
+    pager = []
+    if d["page"] > 0:
+        pager.append(f"<a href='{e(base)}&page={d['page'] - 1}'>newer</a>")
+    pager.append(f"page {d['page'] + 1} of {d['pages']} ({d['total']} programs)")
+    if d["page"] + 1 < d["pages"]:
+        pager.append(f"<a href='{e(base)}&page={d['page'] + 1}'>older</a>")
+    svg = lineage_svg(d["nodes"], d["outside"], island, run_href(s.name, "/program/{id}"))
+    note = ("<p class='note'>x: iteration, y: score; colour: score; marker: policy version (● v0 ■ v1 ▲ v2 ◆ v3, "
+            "repeating); red ring: solved; dashed orange edge: parent on another island (migration); grey stub: "
+            "parent on an older page. Click a node for its program.</p>")
+    return page(f"vevo ui: lineage of {s.name}",
+                f"<h1>Lineage: <span class='pid'>{e(pid)}</span>, island {island}</h1>{form}{note}"
+                f"<p class='pager'>{' · '.join(pager)}</p>{svg}", stores, s)
+
+
+def program(stores: Sequence[RunStore], s: RunStore, program_id: int, info: Info) -> str | None:
+    p = s.program(program_id)
+    if p is None:
+        return None
+    labels = info(p.problem).test_labels
+    prog_href = run_href(s.name, "/program/")
+    parent = s.program(p.parent_ids[0]) if p.parent_ids else None
+    parents = ", ".join(f"<a href='{e(prog_href)}{int(i)}'>{int(i)}</a>" for i in p.parent_ids) or "none (a seed)"
+    head = (f"<h1>Program {p.id}</h1><p><a class='pid' href='{e(run_href(s.name, f'/problem?id={quote_seg(p.problem)}'))}'>"
+            f"{e(p.problem)}</a> · island {p.island} · iteration {p.iteration} · status <b id='status'>{e(p.status)}"
+            f"</b> · score {e(fmt(p.scalar))}{' · solved' if p.solved else ''} · "
+            f"{by(p.completion_id is None, p.policy_version)} · parents: {parents}</p>")
+    vec = f"<h2>Per-test results</h2><div id='vector'>{test_strip(p.vector, labels)}{test_table(p.vector, labels)}</div>"
+    arts = {k: v for k, v in p.artifacts.items() if k != "ast_hash"}
+    feedback = "".join(f"<dt>{e(k)}</dt><dd><pre>{e(v if isinstance(v, str) else json.dumps(v, default=str))}"
+                       f"</pre></dd>" for k, v in sorted(arts.items()))
+    fb = f"<h2>Evaluator feedback</h2><dl id='feedback'>{feedback or '<dd>none</dd>'}</dl>"
+    code = f"<h2>Code</h2><pre id='code'><code>{e(p.code)}</code></pre>"
+    diff = ("<h2>Diff against its parent</h2>" + (diff_html(parent.code, p.code, f"program {parent.id}",
+                                                             f"program {p.id}") if parent else
+                                                   "<p class='note'>no parent</p>"))
+    comp = ""
+    if p.completion_id is not None:
+        got = s.completion(p.completion_id)
+        if got is not None:
+            group, c = got
+            fates = s.answer_fates(c)
+            rows = []
+            for i, (ans, f) in enumerate(zip(c.answers, fates)):
+                link = f" → <a href='{e(prog_href)}{f['program_id']}'>program {f['program_id']}</a>" \
+                    if f["program_id"] is not None else ""
+                mark = " (this program)" if p.answer_index == i else ""
+                rows.append(f"<tr class='answer'><td>{i + 1}{mark}</td><td class='fate-{f['fate']}'>{f['fate']}{link}"
+                            f"<div class='title'>{e(f['detail'])}</div></td><td><details><summary>answer text</summary>"
+                            f"<pre>{e(ans)}</pre></details></td></tr>")
+            comp = (f"<h2>The completion that produced it</h2><p>group {group.id} · completion {c.idx + 1} of "
+                    f"{group.n} · policy v{c.policy_version} · {group.m} answers asked · finish: "
+                    f"{e(c.finish_reason)}</p><table id='answers'><tr><th>answer</th><th>what became of it</th>"
+                    f"<th></th></tr>{''.join(rows)}</table><details><summary>raw completion text</summary>"
+                    f"<pre id='completion'>{e(c.text)}</pre></details>")
+    return page(f"vevo ui: program {p.id}", head + code + diff + vec + fb + comp, stores, s)
+
+
+def training(stores: Sequence[RunStore], s: RunStore) -> str:
+    rows = s.training()
+    keys = training_keys(rows)
+    charts = []
+    for k in keys:
+        pts = [(float(r.step), float(r.data[k])) for r in rows
+               if isinstance(r.data.get(k), (int, float)) and not isinstance(r.data.get(k), bool)]
+        charts.append(line_chart([(s.name, pts, None)], k, "iteration", chart_id=f"train-{k}", width=360,
+                                 height=220, step=False))
+    versions = s.q("SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
+                   "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")
+    changes = [(float(it), float(v)) for k, (it, v) in enumerate(versions)
+               if k == 0 or v != versions[k - 1][1] or k == len(versions) - 1]
+    timeline = line_chart([("policy version", changes, None)], "policy version the proposer sampled with",
+                          "iteration", chart_id="policy-timeline", width=740, height=200, integer_y=True)
+    skipped = [r for r in rows if "skipped" in r.data]
+    skip = (f"<p class='note'>{len(skipped)} steps skipped, last at iteration {skipped[-1].step}: "
+            f"{e(skipped[-1].data['skipped'])}</p>") if skipped else ""
+    algo = s.meta()["config"].get("train", {}).get("algo", "none")
+    intro = (f"<p>train: {e(algo)} · {len(rows)} steps. Keys: the well-known ones first ({e(', '.join(WELL_KNOWN_KEYS))}), "
+             "then the rest.</p>")
+    body = (f"<h1>Training: {e(s.name)}</h1>{intro}{skip}{timeline}"
+            f"<div class='charts'>{''.join(charts) or '<p>no training steps</p>'}</div>")
+    return page(f"vevo ui: training of {s.name}", body, stores, s)
+
+
+__all__ = ["AXES", "overview", "curves", "run_problems", "problem", "lineage", "program", "training"]

@@ -1,0 +1,273 @@
+"""Read-only views of one run folder for `vevo ui`: bounded queries on its archive, never a write.
+
+Each run gets one `mode=ro` SQLite connection (`query_only`, autocommit, so every query sees the latest
+committed iteration of a live WAL archive and no read transaction is held open between requests: a long reader
+would stop the campaign's WAL checkpoints). Every query is bounded: aggregates are computed in SQL, lists are
+paged, and the search curves are folded in incrementally (only programs newer than the last look are read).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from problems.errors import VevoError
+
+from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
+from ..config import nest
+
+# a run that has not committed for this long, short of its budget, is reported as crashed (or killed)
+IDLE_SECONDS = 120.0
+TOP_PROGRAMS = 20  # rows of a problem's heatmap
+LINEAGE_PAGE = 400  # nodes of one lineage page
+CURVE_POINTS = 600  # points a curve is thinned to
+
+
+class UIError(VevoError):
+    """A run folder `vevo ui` cannot serve (no archive.db, not a vevo archive): one line naming it."""
+
+
+def runs_under(root: str | Path) -> list[tuple[str, Path]]:
+    """(name, folder) of every run folder (one holding archive.db) at most two levels below root, named by its
+    path below root, sorted. A root that does not exist or holds no runs is a UIError."""
+    base = Path(root)
+    if not base.is_dir():
+        raise UIError(f"--root {root}: not a folder")
+    found = sorted({p.parent for pattern in ("*/archive.db", "*/*/archive.db") for p in base.glob(pattern)})
+    if not found:
+        raise UIError(f"--root {root}: no run folders (with an archive.db) in it or one level down")
+    return [(p.relative_to(base).as_posix(), p) for p in found]
+
+
+@dataclass
+class _Curve:
+    """Running state of one run's curves, advanced by the programs committed since the last look."""
+
+    last_id: int = 0
+    best: dict[str, float] = field(default_factory=dict)
+    solved: set[str] = field(default_factory=set)
+    total_best: float = 0.0
+    # one point per iteration: (iteration, evaluations, busy seconds, solved, mean best)
+    points: list[tuple[int, int, float, int, float]] = field(default_factory=list)
+    seconds: float = 0.0
+    last_iteration: int = -1
+
+
+class RunStore:
+    """One run folder opened read-only. Thread-safe: a lock around the one connection."""
+
+    def __init__(self, name: str, run_dir: str | Path):
+        self.name = name
+        self.dir = Path(run_dir).resolve()
+        self.db = self.dir / "archive.db"
+        if not self.db.is_file():
+            raise UIError(f"{run_dir}: not a run directory (no archive.db)")
+        try:
+            self.archive = Archive(self.db, readonly=True)  # its row decoders; opened mode=ro / query_only
+        except (ArchiveError, FileNotFoundError) as e:
+            raise UIError(str(e)) from None
+        self._conn = sqlite3.connect(f"file:{quote(str(self.db))}?mode=ro", uri=True, timeout=30,
+                                     isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA query_only=ON")
+        self._lock = threading.Lock()
+        self._fold_lock = threading.Lock()
+        self._curve = _Curve()
+        self._meta: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.archive.close()
+        self._conn.close()
+
+    def q(self, sql: str, params: tuple | list = ()) -> list[tuple]:
+        with self._lock:
+            try:
+                return self._conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as e:
+                raise UIError(f"{self.db}: cannot read archive: {e}") from None
+
+    # ------------------------------------------------------------------ cheap, polled
+    def version(self) -> str:
+        """Changes whenever the run commits a program or a training step: the live pages' signal. Two
+        primary-key lookups (MAX of an INTEGER PRIMARY KEY reads one b-tree edge)."""
+        n = self.q("SELECT COALESCE(MAX(id), 0) FROM programs")[0][0]
+        steps = self.q("SELECT COALESCE(MAX(step), -1) FROM training")[0][0]
+        return f"{n}.{steps}"
+
+    def meta(self) -> dict[str, Any]:
+        if self._meta is None:
+            rows = dict(self.q("SELECT key, value FROM meta"))
+            config = nest(json.loads(rows.get("config") or "{}"))
+            self._meta = {"problems": [str(p) for p in json.loads(rows.get("problems") or "[]")],
+                          "config": config}
+        return self._meta
+
+    # ------------------------------------------------------------------ overview
+    def overview(self) -> dict[str, Any]:
+        """The runs table's row: status, counts and rates, all from aggregate queries."""
+        meta = self.meta()
+        n_programs, max_eval = self.q("SELECT COUNT(*), COALESCE(MAX(eval_index), 0) FROM programs")[0]
+        last_it = self.q("SELECT MAX(iteration) FROM metrics")[0][0]
+        solved = self.q("SELECT COUNT(DISTINCT problem) FROM programs WHERE solved = 1")[0][0]
+        problems = set(meta["problems"]) | {r[0] for r in self.q("SELECT DISTINCT problem FROM programs")}
+        steps = self.q("SELECT COUNT(*) FROM training")[0][0]
+        curve = self.curve_points()
+        best = curve[-1][4] if curve else 0.0
+        seconds = curve[-1][2] if curve else 0.0
+        return {"name": self.name, "path": str(self.dir), "status": self.status(last_it, solved, len(problems)),
+                "programs": int(n_programs), "solved": int(solved), "problems": len(problems),
+                "best": float(best), "iterations": int(last_it or 0), "evaluations": int(max_eval),
+                "evals_per_s": (max_eval / seconds) if seconds > 0 else None,
+                "training_steps": int(steps), "train": meta["config"].get("train", {}).get("algo", "none"),
+                "version": self.version()}
+
+    def status(self, last_it: int | None, solved: int, n_problems: int) -> str:
+        """finished: its iteration budget is spent or every problem solved; running: it committed within the
+        last IDLE_SECONDS (archive or its WAL changed); crashed: neither (killed, crashed or interrupted)."""
+        budget = self.meta()["config"].get("iterations")
+        if (budget is not None and last_it is not None and last_it >= int(budget)) or \
+                (n_problems and solved >= n_problems):
+            return "finished"
+        newest = max((p.stat().st_mtime for p in (self.db, Path(f"{self.db}-wal")) if p.exists()), default=0.0)
+        return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
+
+    # ------------------------------------------------------------------ curves
+    def curve_points(self) -> list[tuple[int, int, float, int, float]]:
+        """(iteration, evaluations, busy seconds, solved, mean best) after each iteration, as in
+        evolve/curves.py (a listed problem counts 0 until it has a program). Busy seconds: the cumulative
+        generation + evaluation time the loop logged (its wall time when not pipelined)."""
+        with self._fold_lock:  # one fold at a time; the queries take the connection lock themselves
+            return list(self._fold())
+
+    def _fold(self) -> list[tuple[int, int, float, int, float]]:
+        c = self._curve
+        listed = self.meta()["problems"]
+        rows = self.q("SELECT id, problem, iteration, eval_index, scalar, solved FROM programs WHERE id > ? "
+                      "ORDER BY id", (c.last_id,))
+        secs = self.q("SELECT iteration, data FROM metrics WHERE iteration > ? ORDER BY iteration",
+                      (c.last_iteration,))
+        n_problems = max(len(set(listed) | set(c.best) | {r[1] for r in rows}), 1)
+        by_it: dict[int, float] = {}
+        for it, data in secs:
+            d = json.loads(data)
+            by_it[it] = float(d.get("gen_seconds") or 0.0) + float(d.get("eval_seconds") or 0.0)
+        points = c.points
+        i = 0
+        its = sorted(set(by_it) | {r[2] for r in rows})
+        for it in its:
+            while i < len(rows) and rows[i][2] <= it:
+                _, pr, _, ev, sc, sv = rows[i]
+                old = c.best.get(pr)
+                if old is None or sc > old:
+                    c.total_best += sc - (old if old is not None else 0.0)
+                    c.best[pr] = sc
+                if sv:
+                    c.solved.add(pr)
+                c.last_id = rows[i][0]
+                i += 1
+            c.seconds += by_it.get(it, 0.0)
+            evals = rows[i - 1][3] if i else (points[-1][1] if points else 0)
+            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems)
+            if points and points[-1][0] == it:
+                points[-1] = point
+            else:
+                points.append(point)
+        if secs:
+            c.last_iteration = max(c.last_iteration, secs[-1][0])
+        return points
+
+    # ------------------------------------------------------------------ problems
+    def problems(self) -> list[dict[str, Any]]:
+        """Per problem: programs, best scalar, first solve (iteration, policy version, program, by a seed)."""
+        listed = self.meta()["problems"]
+        agg = {p: (n, best) for p, n, best in self.q(
+            "SELECT problem, COUNT(*), MAX(CASE WHEN status != 'format_error' THEN scalar END) FROM programs "
+            "GROUP BY problem")}
+        firsts = {}
+        for p, pid, it, v, cid in self.q(
+                "SELECT problem, id, iteration, policy_version, completion_id FROM programs p WHERE solved = 1 "
+                "AND id = (SELECT MIN(id) FROM programs q WHERE q.problem = p.problem AND q.solved = 1)"):
+            firsts[p] = {"program_id": pid, "iteration": it, "policy_version": v, "seed": cid is None}
+        out = []
+        for p in listed + sorted(set(agg) - set(listed)):
+            n, best = agg.get(p, (0, None))
+            out.append({"problem": p, "programs": n, "best": best, "solve": firsts.get(p)})
+        return out
+
+    def has_problem(self, pid: str) -> bool:
+        return pid in self.meta()["problems"] or bool(self.q("SELECT 1 FROM programs WHERE problem = ? LIMIT 1",
+                                                             (pid,)))
+
+    def problem(self, pid: str) -> dict[str, Any]:
+        first = self.q("SELECT id FROM programs WHERE problem = ? AND solved = 1 ORDER BY iteration, id LIMIT 1",
+                       (pid,))
+        top = self.q("SELECT id FROM programs WHERE problem = ? AND status != 'format_error' "
+                     "ORDER BY scalar DESC, id LIMIT ?", (pid, TOP_PROGRAMS))
+        statuses = dict(self.q("SELECT status, COUNT(*) FROM programs WHERE problem = ? GROUP BY status", (pid,)))
+        islands = [r[0] for r in self.q("SELECT DISTINCT island FROM programs WHERE problem = ? ORDER BY island",
+                                        (pid,))]
+        return {"first_solve": self.archive.program(first[0][0]) if first else None,
+                "top": [self.archive.program(r[0]) for r in top], "statuses": statuses, "islands": islands}
+
+    # ------------------------------------------------------------------ lineage
+    def lineage(self, pid: str, island: int, page: int) -> dict[str, Any]:
+        """One page of an island's programs, newest page first (page 0), with their first parents (which may
+        lie on an earlier page or, after a migration, on another island)."""
+        total = self.q("SELECT COUNT(*) FROM programs WHERE problem = ? AND island = ?", (pid, island))[0][0]
+        pages = max(1, math.ceil(total / LINEAGE_PAGE))
+        page = min(max(page, 0), pages - 1)
+        rows = self.q("SELECT id, iteration, parent_ids, scalar, solved, status, policy_version FROM programs "
+                      "WHERE problem = ? AND island = ? ORDER BY id DESC LIMIT ? OFFSET ?",
+                      (pid, island, LINEAGE_PAGE, page * LINEAGE_PAGE))
+        nodes = [{"id": r[0], "iteration": r[1], "parent": (json.loads(r[2]) or [None])[0], "scalar": float(r[3]),
+                  "solved": bool(r[4]), "status": r[5], "version": r[6]} for r in reversed(rows)]
+        ids = {n["id"] for n in nodes}
+        outside = sorted({n["parent"] for n in nodes if n["parent"] is not None and n["parent"] not in ids})
+        parents = {}
+        for i in range(0, len(outside), 500):
+            chunk = outside[i:i + 500]
+            for r in self.q(f"SELECT id, iteration, island, scalar FROM programs WHERE id IN "
+                            f"({','.join('?' * len(chunk))})", chunk):
+                parents[r[0]] = {"id": r[0], "iteration": r[1], "island": r[2], "scalar": float(r[3])}
+        return {"nodes": nodes, "outside": parents, "total": total, "page": page, "pages": pages}
+
+    # ------------------------------------------------------------------ one program
+    def program(self, program_id: int) -> ProgramRow | None:
+        return self.archive.program(program_id)
+
+    def completion(self, completion_id: int) -> tuple[GroupRow, CompletionRow] | None:
+        gid = self.q("SELECT group_id FROM completions WHERE id = ?", (completion_id,))
+        if not gid:
+            return None
+        groups = self.archive.groups_by_id([gid[0][0]])
+        comp = next((c for c in groups[0].completions if c.id == completion_id), None) if groups else None
+        return (groups[0], comp) if comp is not None else None
+
+    def answer_fates(self, completion: CompletionRow) -> list[dict[str, Any]]:
+        """What became of each of a completion's m answers: evaluated (its program), malformed (the parse or
+        edit error), duplicate (it reproduced an archived program or an earlier answer), or empty."""
+        rows = {r[1]: r for r in self.q("SELECT id, answer_index, status, scalar, artifacts FROM programs "
+                                        "WHERE completion_id = ? AND answer_index IS NOT NULL", (completion.id,))}
+        out = []
+        for i, text in enumerate(completion.answers):
+            r = rows.get(i)
+            if r is not None and r[2] == "format_error":
+                err = json.loads(r[4]).get("error") or json.loads(r[4]).get("first_error") or ""
+                out.append({"fate": "malformed", "program_id": r[0], "detail": str(err)})
+            elif r is not None:
+                out.append({"fate": "evaluated", "program_id": r[0], "detail": f"{r[2]}, score {r[3]:.3g}"})
+            elif not str(text).strip():
+                out.append({"fate": "empty", "program_id": None, "detail": ""})
+            else:
+                out.append({"fate": "duplicate", "program_id": None,
+                            "detail": "same program (normalised AST) as one already archived or an earlier answer"})
+        return out
+
+    # ------------------------------------------------------------------ training
+    def training(self) -> list[TrainingRow]:
+        return self.archive.training_rows()

@@ -73,3 +73,22 @@ def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
     # the archive holds programs in the problem's names
     r = vevo("runs", "show", str(tmp_path / "run"), "--program", str(best["program_id"]))
     assert "def solve(xs):" in r.stdout and "def f(" not in r.stdout
+
+
+def test_vevo_train_and_eval_score_answers_in_the_models_names(tmp_path):
+    """evolve/scoring.py (vevo train / eval): the seed prompt says f, answers written as f score as solve."""
+    from evaluators.pool import SandboxPool
+    from evolve.scoring import score_completions, seed_prompt
+    from problems.model import load_native
+    from problems.scaffold import new_problem
+
+    p = load_native(new_problem("sq", "io", tmp_path))
+    text = format_answers(["def f(xs):\n    return sum(x * x for x in xs)\n", "def f(xs):\n    return 0\n"])
+    with SandboxPool(workers=1) as pool:
+        seed_ev = pool.evaluate(p, p.seed_code)
+        assert "def f(xs):" in seed_prompt(p, seed_ev, 2, alias="f") and "solve" not in seed_prompt(p, seed_ev, 2,
+                                                                                                     alias="f")
+        renamed, _ = score_completions(p, [text], 2, 3, pool, alias="f")
+        as_is, _ = score_completions(p, [text], 2, 3, pool)
+    assert renamed[0].tolist() == [[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]
+    assert as_is[0].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # NameError: entry point 'solve'

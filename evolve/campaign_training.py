@@ -21,6 +21,7 @@ on too (their tokens count in the token-mean and their KL term applies, as in ve
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,7 @@ from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
+from .progress import training_fields
 
 if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
     from .campaign import Campaign
@@ -238,6 +240,9 @@ class CampaignTrainer:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
+        self._t0 = time.monotonic()
+        camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups)",
+                            announce=True)
         raw_mats, gids, comps = score_matrices(groups)
         if self.covrl is not None:
             from proposer.covrl_campaign import is_covrl_step
@@ -252,6 +257,8 @@ class CampaignTrainer:
             adv, diag = est(mats, gids, rng=rng)
         except ValueError as e:  # bad training input never stops the campaign
             camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
+            camp.reporter.event(f"training step skipped at iteration {iteration}: {e}", kind="training",
+                                data={"iteration": iteration, "skipped": str(e)})
             self.last_iteration = iteration
             return None
         samples = [TrainSample(prompt_ids=list(c.prompt_token_ids or []), completion_ids=list(c.token_ids),
@@ -307,4 +314,8 @@ class CampaignTrainer:
         self.last_iteration = iteration
         self._publish(snap)
         camp.archive.record_training(iteration, self.version, stats)
+        camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
+                            f"{time.monotonic() - getattr(self, '_t0', time.monotonic()):.1f}s:", kind="training",
+                            data={"iteration": iteration, "step": self.version, **stats},
+                            **training_fields(stats))
         return stats

@@ -596,7 +596,7 @@ class Campaign:
             futures_wait(list(self._generating.values()))
         best = sum(self.best.values()) / len(self.best) if self.best else 0.0  # mean over problems
         self.reporter.update(self.iteration, solved=f"{len(self.solved)}/{len(self.order)}", best=round(best, 4),
-                             evals_per_s=round(rate.add(self.evals_run), 2), programs=self.n_programs)
+                             evals_per_s=round(rate.add(self.evals_run), 2))
         if self.on_iteration is not None:
             self.on_iteration(self, self.iteration)
 

@@ -420,11 +420,16 @@ def cmd_curves(args) -> int:
     return 0
 
 
+def _first_folder(args) -> Path:
+    spec = (list(args.runs) + list(args.label))[0]
+    return Path(spec.split("=", 1)[1] if "=" in spec and not Path(spec).exists() else spec)
+
+
 def cmd_report(args) -> int:
     from . import arms, report
 
     runs = _labelled_runs(args.runs, args.label)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else _first_folder(args) / "report"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
     try:
@@ -676,7 +681,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="*", metavar="RUN", help=runs_help)
     p.add_argument("--label", action="append", default=[], metavar="NAME=RUN", help="as RUN, always named")
     p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations", help="the curves' x axis")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for index.html and its figures")
+    p.add_argument("--out", metavar="DIR", help="folder for index.html and its figures (default: report/ in the "
+                   "first folder given)")
     p.set_defaults(fn=cmd_report)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),

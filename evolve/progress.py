@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import IO, Any
 
 DEFAULT_EVERY = 10.0  # seconds between status lines off a terminal
+PHASE_DELAY = 1.0     # off a terminal a phase gets its line once it has lasted this long: quick ones (and a
+                      # command that fails at once, whose error must stay one line) print nothing
 RATE_WINDOW = 30.0    # seconds of history behind an "x/s" rate
 
 
@@ -42,6 +44,13 @@ def format_fields(fields: dict[str, Any]) -> str:
     """``solved 1/5  best 0.412  evals/s 8.3``: the fields of a record as people read them (None left out)."""
     return "  ".join(f"{k.replace('_per_s', '/s').replace('_', ' ')} {_fmt(v)}" for k, v in fields.items()
                      if v is not None)
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 class Rate:
@@ -65,13 +74,16 @@ class Reporter:
     otherwise), rich, plain or quiet."""
 
     def __init__(self, *, mode: str = "auto", stream: IO[str] | None = None, every: float = DEFAULT_EVERY,
-                 json_path: str | Path | None = None, name: str = "vevo"):
+                 json_path: str | Path | None = None, name: str = "vevo", phase_delay: float = PHASE_DELAY):
         self.stream = stream if stream is not None else sys.stderr
         if mode == "auto":
-            mode = "rich" if getattr(self.stream, "isatty", lambda: False)() else "plain"
+            mode = "rich" if _isatty(self.stream) else "plain"
         if mode not in ("rich", "plain", "quiet"):
             raise ValueError(f"unknown progress mode {mode!r}")
         self.mode, self.every, self.name = mode, max(0.0, float(every)), name
+        self.phase_delay = phase_delay
+        self._timer: threading.Timer | None = None
+        self._phase_no = 0
         self.t0 = time.monotonic()
         self.lock = threading.RLock()
         self.json: IO[str] | None = None
@@ -95,7 +107,10 @@ class Reporter:
 
             self._bar = Progress(SpinnerColumn(), TextColumn(f"[bold]{name}[/] {{task.description}}"), BarColumn(bar_width=24),
                                  MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                 console=Console(file=self.stream), transient=False)
+                                 console=Console(file=self.stream), transient=False,
+                                 # stdout on the same terminal is printed above the bar; stdout elsewhere (a
+                                 # file, a pipe: train's JSON lines) is left alone
+                                 redirect_stdout=_isatty(sys.stdout), redirect_stderr=True)
             self._bar.start()
             self._task = self._bar.add_task("starting", total=None, info="")
 
@@ -137,11 +152,25 @@ class Reporter:
         ``log=False`` (one per iteration) they stay out of the JSON log too."""
         with self.lock:
             self.phase_text = _clean(text)
+            self._phase_no += 1
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if log:
                 self._record("phase", phase=self.phase_text, **fields)
             if self.mode == "rich":
                 self._refresh()
-            elif announce or (announce is None and self.total is None):
+            elif self.mode == "plain" and (announce or (announce is None and self.total is None)):
+                if self.phase_delay <= 0:
+                    self._line(self.phase_text)
+                else:
+                    self._timer = threading.Timer(self.phase_delay, self._phase_line, (self._phase_no,))
+                    self._timer.daemon = True
+                    self._timer.start()
+
+    def _phase_line(self, no: int) -> None:
+        with self.lock:
+            if no == self._phase_no and self.mode == "plain" and self.stream is not None:
                 self._line(self.phase_text)
 
     def begin(self, total: int, done: int = 0, unit: str = "iteration") -> None:
@@ -194,6 +223,10 @@ class Reporter:
 
     def close(self) -> None:
         with self.lock:
+            self._phase_no += 1  # a phase line not said yet never will be
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
             if self._bar is not None:
                 self._refresh()
                 self._bar.stop()
@@ -216,7 +249,7 @@ def as_reporter(progress: "bool | Reporter | None") -> Reporter:
     return Reporter() if progress else Reporter.quiet()
 
 
-TRAINING_FIELDS = ("mean_set_reward", "mean_best_answer", "loss", "kl", "policy_kl", "grad_norm", "clip_frac")
+TRAINING_FIELDS = ("mean_set_reward", "loss", "kl")  # the JSON log gets every stat
 
 
 def training_fields(stats: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ PID = "pbe/list-1001"
 def test_plain_reporter_lines_and_json(tmp_path):
     out = io.StringIO()
     log = tmp_path / "p.jsonl"
-    rep = Reporter(mode="auto", stream=out, every=0, json_path=log)  # StringIO is no tty: plain
+    rep = Reporter(mode="auto", stream=out, every=0, json_path=log, phase_delay=0)  # StringIO is no tty: plain
     assert rep.mode == "plain"
     rep.phase("loading proposer tiny")
     rep.begin(3, 0)
@@ -54,6 +54,17 @@ def test_plain_reporter_rate_limits_lines_but_says_the_last():
     rep.end()  # stopped early (problems retired): the newest status is said once more
     lines = out.getvalue().splitlines()
     assert len(lines) == 2 and "iteration 1/10" in lines[0] and "iteration 5/10" in lines[1]
+
+
+def test_a_phase_gets_its_line_once_it_lasts():
+    out = io.StringIO()
+    rep = Reporter(mode="plain", stream=out, phase_delay=0.2)
+    rep.phase("reading the config")  # quick: superseded before its line is due
+    rep.phase("loading proposer tiny")
+    time.sleep(0.6)
+    rep.phase("failing at once")
+    rep.close()  # an error now stays the only line after the slow phase's
+    assert [x.split("] ")[1] for x in out.getvalue().splitlines()] == ["loading proposer tiny"]
 
 
 def test_quiet_reporter_prints_nothing_but_logs(tmp_path):
@@ -105,11 +116,13 @@ def test_run_to_a_file_shows_progress_before_the_end(tmp_path):
             seen = log.read_text()
         running = p.poll() is None
         assert running, f"the run ended before its progress could be read:\n{seen}"
-        assert "loading proposer replay:" in seen and "evaluating 1 seed program" in seen
         assert "iteration 1/60  solved 0/1  best" in seen and "evals/s" in seen
         assert " 0.0 evals/s" not in seen and "evals/s 0 " not in seen
         recs = [json.loads(x) for x in js.read_text().splitlines()]
         assert any(r["event"] == "update" and r["done"] >= 1 for r in recs)
+        phases = [r["phase"] for r in recs if r["event"] == "phase"]  # each phase is in the JSON log at once
+        assert phases[:2] == ["reading the config", "loading problems"] and "evaluating 1 seed program" in phases
+        assert any(p.startswith("loading proposer replay:") for p in phases)
     finally:
         if p.poll() is None:
             p.send_signal(signal.SIGINT)

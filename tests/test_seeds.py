@@ -79,6 +79,8 @@ def test_seeds_end_to_end_curves_report_resume(tmp_path):
     vevo("resume", str(a / "seed-1"), "--iterations", "10", "--quiet")
     r = vevo("resume", str(a), "--iterations", "10", "--quiet")
     assert r.stdout.count("run ") == 3 and "3 seeds in" in r.stdout
+    r = vevo("report", str(a))  # one arm, report next to its seeds by default
+    assert (a / "report" / "index.html").is_file() and [p.name for p in expand(a)][-1] == "seed-2"
     again = vevo("run", *common, "--iterations", "8", "--seeds", "0-2", "--out", str(a), check=False)
     assert again.returncode == 2 and "vevo resume" in again.stderr
     both = vevo("run", *common, "--seed", "1", "--seeds", "0-2", "--out", str(tmp_path / "x"), check=False)

@@ -261,7 +261,7 @@ def cmd_run(args) -> int:
     if seeds is not None and args.seed is not None:
         raise UserError("--seed and --seeds: give one of them")
     with _reporter(args) as rep:
-        rep.phase("reading the config")
+        rep.phase("reading the config", announce=False)  # the JSON log only: a bad config is the one line
         from .config import flag_value, load_config, run_flags
         from .runner import start, start_seeds
 

@@ -172,7 +172,8 @@ def _write_imported(probs, out: Path, rep) -> None:
     for p in probs:
         if p.openevolve is not None and (out / p.id).exists():
             raise UserError(f"{out / p.id}: already exists (problem {p.id!r}); remove it or choose another --out")
-    rep.begin(len(probs), 0, unit="problem written")
+    rep.phase(f"writing {len(probs)} problems to {out}")
+    rep.begin(len(probs), 0, unit="problem")
     for i, p in enumerate(probs):
         if p.openevolve is not None and p.source is not None:  # the author's folder, as written
             shutil.copytree(p.source, out / p.id)
@@ -410,7 +411,7 @@ def cmd_curves(args) -> int:
     runs = _labelled_runs(args.runs, args.label)
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
     rows = curves.curve_table(dbs, args.x)
-    out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
+    out = args.out or str(_first_folder(args) / "curves.png")
     curves.plot(dbs, args.x, out, band=args.band)
     print(f"wrote {out}")
     if args.csv:
@@ -672,7 +673,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="*", metavar="RUN", help=runs_help)
     p.add_argument("--label", action="append", default=[], metavar="NAME=RUN", help="as RUN, always named")
     p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations", help="the x axis")
-    p.add_argument("--out", metavar="FILE.png|.svg", help="the figure (default: curves.png in the first run)")
+    p.add_argument("--out", metavar="FILE.png|.svg", help="the figure (default: curves.png in the first folder "
+                   "given)")
     p.add_argument("--csv", action="store_true", help="also write the curves as CSV next to the figure")
     p.add_argument("--band", choices=["minmax", "ci95"], default="ci95",
                    help="band around an arm's mean when it has several runs: 95%% CI of the mean, or min-max")

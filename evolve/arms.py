@@ -170,7 +170,8 @@ def difference(a: dict[Any, float], b: dict[Any, float], metric: str = "", names
     if set(a) == set(b) and len(a) >= 2:
         keys = sorted(a, key=str)
         d = np.array([b[k] - a[k] for k in keys], float)
-        half = t95(d.size - 1) * float(d.std(ddof=1)) / math.sqrt(d.size)
+        sd = float(d.std(ddof=1))
+        half = t95(d.size - 1) * (sd if sd > 1e-12 * max(1.0, float(np.abs(d).max())) else 0.0) / math.sqrt(d.size)
         lo, hi, method = diff - half, diff + half, f"paired by seed ({d.size} pairs)"
     elif va.size >= 2 and vb.size >= 2:
         sa, sb = float(va.var(ddof=1)) / va.size, float(vb.var(ddof=1)) / vb.size

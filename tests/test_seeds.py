@@ -85,3 +85,22 @@ def test_seeds_end_to_end_curves_report_resume(tmp_path):
     assert again.returncode == 2 and "vevo resume" in again.stderr
     both = vevo("run", *common, "--seed", "1", "--seeds", "0-2", "--out", str(tmp_path / "x"), check=False)
     assert both.returncode == 2 and "--seed and --seeds" in both.stderr
+
+
+def test_a_run_that_solved_everything_stays_in_the_average_to_its_budget(tmp_path):
+    import json as _json
+
+    from evolve.curves import curve_table, run_curves
+    from proposer.parsing import format_answers
+    from tests.campaign_helpers import tail
+
+    p = PROBS[0]
+    replay = tmp_path / "ref.jsonl"
+    replay.write_text(_json.dumps({"text": tail(format_answers([p.reference_code]))}) + "\n")
+    run = tmp_path / "solved"
+    vevo("run", "--problem", p.id, "--proposer", f"replay:{replay}", "--iterations", "10", "--answers", "1",
+         "--group", "1", "--out", str(run), "--quiet")
+    xs, solved, _ = run_curves(run / "archive.db")
+    assert xs[-1] == 10 and solved[-1] == 1  # retired at iteration 1, flat to the budget of 10
+    rows = curve_table({"a": [run / "archive.db"]})
+    assert rows[-1]["x"] == 10 and rows[-1]["runs"] == 1

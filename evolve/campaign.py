@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+import math
 import time
 import queue
 import threading
@@ -53,6 +54,7 @@ from . import feedback, health, selection
 from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
+from .progress import Rate, Reporter, as_reporter
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 
@@ -238,7 +240,7 @@ def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector:
 
 class Campaign:
     def __init__(self, cfg: CampaignConfig, run_dir: str | Path, problems: list[Problem], backend: Backend,
-                 evaluator: Evaluator, *, progress: bool = False,
+                 evaluator: Evaluator, *, progress: bool | Reporter = False,
                  on_iteration: Callable[["Campaign", int], None] | None = None):
         if not problems:
             raise ValueError("a campaign needs at least one problem")
@@ -250,7 +252,9 @@ class Campaign:
         self.problems = {p.id: p for p in problems}
         self.order = [p.id for p in problems]
         self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
-        self.progress = progress
+        self.reporter = as_reporter(progress)  # the caller's: it outlives the campaign (seeds, summary)
+        self.best: dict[str, float] = {}  # problem -> best scalar so far, for progress
+        self.evals_run = 0  # sandbox evaluations this process ran, for the rate
         self.on_iteration = on_iteration
         self.keys = [(pid, k) for pid in self.order for k in range(cfg.islands)]
         seqs = np.random.SeedSequence(cfg.seed).spawn(len(self.keys))
@@ -344,6 +348,7 @@ class Campaign:
                                  names=named[0] if named else None, metrics=named[1] if named else None,
                                  feedback=feedback.feedback(ev.artifacts) if named else None)
         self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
+        self.best[problem] = max(self.best.get(problem, -math.inf), float(ev.scalar))
 
     def active(self, problem: str) -> bool:
         return not (self.cfg.retire_solved and problem in self.solved)
@@ -353,6 +358,7 @@ class Campaign:
         self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
         self.archive.set_meta("problems", json.dumps(self.order))
         t0 = time.perf_counter()
+        self.reporter.phase(f"evaluating {len(self.order)} seed program{'s' * (len(self.order) != 1)}")
         evs = self.evaluator.evaluate_many([(self.problems[pid], self.problems[pid].seed_code) for pid in self.order])
         progs = []
         for pid, ev in zip(self.order, evs):
@@ -525,6 +531,7 @@ class Campaign:
         if ids != list(range(first, first + len(out.programs))):
             raise RuntimeError("archive ids are not sequential: is another process writing this run?")
         self.n_programs += len(ids)
+        self.evals_run += out.n_candidates + out.n_in_flight_dup
         self.iteration = b.iteration
 
     def _maybe_migrate(self, t: int) -> int:
@@ -547,7 +554,8 @@ class Campaign:
         if not self._restore():
             self._start()
         total, depth = self.cfg.iterations, self.cfg.pipeline_depth
-        bar = _Progress(self.progress, total, self.iteration)
+        rep, rate = self.reporter, Rate(self.evals_run)
+        rep.begin(total, self.iteration)
         concurrent = depth > 1 and has(self.backend, CONCURRENT)  # the batches in flight generated at once
         gen_pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="vevo-gen") if concurrent else None
         lanes = [_EvalThread(self._lane_work) for _ in range(depth)]  # batch t goes to lane t % depth
@@ -561,10 +569,11 @@ class Campaign:
 
         def commit_oldest(nxt: Batch | None) -> None:
             b, lane = flight.popleft()
+            rep.phase(f"evaluating iteration {b.iteration}", log=False)
             screened = lane.result() if lane is not None else self.screen(b)
             rest = [x for x, _ in flight] + ([nxt] if nxt is not None else [])
             self.commit(self.settle_outcome(screened), rest)  # the checkpoint keeps every batch in flight
-            self._after_commit(bar)
+            self._after_commit(rate)
 
         try:
             for b in self._pending:  # generated before a crash, never committed: evaluated again, in order
@@ -575,6 +584,8 @@ class Campaign:
             while True:
                 self._pending = [x for x, _ in flight]
                 nxt = self.prepare(t) if t <= total else None
+                if nxt is not None:
+                    rep.phase(f"generating iteration {t}", log=False)
                 if nxt is not None and gen_pool is not None:
                     self._generating[nxt.iteration] = gen_pool.submit(self.generate, nxt)
                 elif nxt is not None:
@@ -594,7 +605,7 @@ class Campaign:
                 lane.close()
             if gen_pool is not None:
                 gen_pool.shutdown(wait=True, cancel_futures=True)
-            bar.close()
+            rep.end()
         self._pending = []
         return self.summary()
 
@@ -606,13 +617,14 @@ class Campaign:
             self._generating.pop(b.iteration, None)
         return self.screen(b)
 
-    def _after_commit(self, bar: "_Progress") -> None:
+    def _after_commit(self, rate: Rate) -> None:
         due = getattr(self.on_iteration, "due", None)
         if self._generating and due is not None and due(self.iteration):
             # a new policy comes: the batches prepared before it are generated with the old one
             futures_wait(list(self._generating.values()))
-        if bar.bar is not None:
-            bar.update(self.iteration, self.n_programs, len(self.solved), len(self.order))
+        best = sum(self.best.values()) / len(self.best) if self.best else 0.0  # mean over problems
+        self.reporter.update(self.iteration, solved=f"{len(self.solved)}/{len(self.order)}", best=round(best, 4),
+                             evals_per_s=round(rate.add(self.evals_run), 2))
         if self.on_iteration is not None:
             self.on_iteration(self, self.iteration)
 
@@ -714,31 +726,3 @@ def _stack_vectors(vectors: list[np.ndarray]) -> np.ndarray:
     for i, v in enumerate(vectors):
         out[i, : v.size] = v
     return out
-
-
-class _Progress:
-    """rich progress bar: iterations, evaluations/s, solved. Silent when disabled."""
-
-    def __init__(self, enabled: bool, total: int, start: int):
-        self.bar = None
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self.bar = Progress(TextColumn("[bold]vevo"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                            TimeElapsedColumn(), transient=False)
-        self.bar.start()
-        self.task = self.bar.add_task("run", total=total, completed=max(start, 0), info="")
-        self.t0, self.e0 = time.perf_counter(), None
-
-    def update(self, it: int, evals: int, solved: int, n_problems: int) -> None:
-        if self.bar is None:
-            return
-        if self.e0 is None:
-            self.e0 = evals
-        rate = (evals - self.e0) / max(time.perf_counter() - self.t0, 1e-9)
-        self.bar.update(self.task, completed=it, info=f"{rate:6.1f} evals/s  solved {solved}/{n_problems}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()

@@ -21,6 +21,7 @@ on too (their tokens count in the token-mean and their KL term applies, as in ve
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +38,7 @@ from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
+from .progress import training_fields
 
 if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
     from .campaign import Campaign
@@ -253,12 +255,16 @@ class CampaignTrainer:
                                  group=self.cfg.train.probe_group, m=self.cfg.answers,
                                  temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
                                  style=camp.prompt_style)
+        camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
         return self.prober.run(self.backend, camp.evaluator, suffix)
 
     def train(self, camp: "Campaign", iteration: int) -> dict[str, Any] | None:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
+        self._t0 = time.monotonic()
+        camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups)",
+                            announce=True)
         # before the first update: the probes' baseline, kept in that step's row
         self._before = self._probe(camp, "_before") if self.version == 0 else {}
         raw_mats, gids, comps = score_matrices(groups)
@@ -275,6 +281,8 @@ class CampaignTrainer:
             adv, diag = est(mats, gids, rng=rng)
         except ValueError as e:  # bad training input never stops the campaign
             camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
+            camp.reporter.event(f"training step skipped at iteration {iteration}: {e}", kind="training",
+                                data={"iteration": iteration, "skipped": str(e)})
             self.last_iteration = iteration
             return None
         samples = [TrainSample(prompt_ids=list(c.prompt_token_ids or []), completion_ids=list(c.token_ids),
@@ -333,4 +341,8 @@ class CampaignTrainer:
         if self._probe_due(stats):  # probes sample the published policy
             stats.update(self._probe(camp))
         camp.archive.record_training(iteration, self.version, stats)
+        camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
+                            f"{time.monotonic() - getattr(self, '_t0', time.monotonic()):.1f}s:", kind="training",
+                            data={"iteration": iteration, "step": self.version, **stats},
+                            **training_fields(stats))
         return stats

@@ -145,10 +145,7 @@ def cmd_problems_check(args) -> int:
 
 
 def cmd_problems_import(args) -> int:
-    import shutil
-
     from problems.importers import NEEDS_SANDBOX, import_problems
-    from problems.model import write_native
 
     out = Path(args.out)
     if args.source == "openevolve":
@@ -156,25 +153,43 @@ def cmd_problems_import(args) -> int:
 
         for folder, why in skipped_folders(args.path):
             print(f"skipped {printable(str(folder), False)}: {printable(why, False)}")
-    pool = _pool(args.workers) if args.source in NEEDS_SANDBOX else None
-    try:
-        probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
-    finally:
-        if pool is not None:
-            pool.close()
+    with _reporter(args) as rep:
+        pool = None
+        if args.source in NEEDS_SANDBOX:
+            rep.phase(f"starting the sandbox ({args.workers} workers)")
+            pool = _pool(args.workers)
+        rep.phase(f"reading {args.source} from {args.path}" +
+                  (" and running its reference programs in the sandbox" if pool is not None else ""))
+        try:
+            probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
+        finally:
+            if pool is not None:
+                pool.close()
+        _write_imported(probs, out, rep)
+    print(f"imported {len(probs)} {args.source} problems into {out}" +
+          (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
+    return 0
+
+
+def _write_imported(probs, out: Path, rep) -> None:
+    import shutil
+
+    from problems.model import write_native
+
     # an OpenEvolve folder is copied as written, to its id (its path below the import root), so a registry
     # loading --out gives the same ids; an existing destination is never merged into
     for p in probs:
         if p.openevolve is not None and (out / p.id).exists():
             raise UserError(f"{out / p.id}: already exists (problem {p.id!r}); remove it or choose another --out")
-    for p in probs:
+    rep.phase(f"writing {len(probs)} problems to {out}")
+    rep.begin(len(probs), 0, unit="problem")
+    for i, p in enumerate(probs):
         if p.openevolve is not None and p.source is not None:  # the author's folder, as written
             shutil.copytree(p.source, out / p.id)
         else:
             write_native(p, out / p.id.replace("/", "__"))
-    print(f"imported {len(probs)} {args.source} problems into {out}" +
-          (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
-    return 0
+        rep.update(i + 1)
+    rep.end()
 
 
 def cmd_eval_program(args) -> int:
@@ -249,33 +264,80 @@ def _set_overrides(items: list[str]) -> dict:
     return merge(nest(out, "--set"), nest(dotted, "--set"))  # `--set train=grpo --set train.lr=1e-4`: both
 
 
-def cmd_run(args) -> int:
-    from .config import flag_value, load_config, merge, nest, run_flags
-    from .runner import start
+def _reporter(args):
+    """The command's progress (evolve/progress.py) from --quiet, --log-json and --log-every."""
+    from .progress import Reporter
 
-    overrides = {}
-    for _, key, kind, _, _ in run_flags():
-        v = getattr(args, key, None)
-        if v not in (None, []):
-            overrides[key] = flag_value(kind, v) if isinstance(v, str) else v
-    # sections merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
-    overrides = merge(nest(overrides, "flags"), _set_overrides(args.set))
-    cfg = load_config(args.config, overrides)
-    if not (cfg.problems or cfg.suite or cfg.problems_dir):
-        print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
-              file=sys.stderr)
-        cfg.suite = "pbe"
-    run_dir, summary = start(cfg, progress=not args.quiet)
-    _print_summary(run_dir, summary)
+    every = getattr(args, "log_every", None)
+    if every is not None and not every >= 0:
+        raise UserError(f"--log-every {every}: expected seconds >= 0")
+    return Reporter(mode="quiet" if getattr(args, "quiet", False) else "auto", json_path=getattr(args, "log_json", None),
+                    **({"every": every} if every is not None else {}))
+
+
+def cmd_run(args) -> int:
+    from .arms import parse_seeds
+
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else None
+    if seeds is not None and args.seed is not None:
+        raise UserError("--seed and --seeds: give one of them")
+    with _reporter(args) as rep:
+        rep.phase("reading the config", announce=False)  # the JSON log only: a bad config is the one line
+        from .config import flag_value, load_config, merge, nest, run_flags
+        from .runner import start, start_seeds
+
+        overrides = {}
+        for f in run_flags():
+            v = getattr(args, f.key, None)
+            if v not in (None, []):
+                overrides[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
+        # sections merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
+        overrides = merge(nest(overrides, "flags"), _set_overrides(args.set))
+        cfg = load_config(args.config, overrides)
+        if not (cfg.problems or cfg.suite or cfg.problems_dir):
+            print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
+                  file=sys.stderr)
+            cfg.suite = "pbe"
+        if seeds is None:
+            run_dir, summary = start(cfg, progress=rep)
+            rep.summary(f"run {run_dir}", **_flat_summary(summary))
+            rep.close()
+            _print_summary(run_dir, summary)
+            return 0
+        _seeds_summary(start_seeds(cfg, seeds, rep), rep, Path(cfg.out or "."))
     return 0
 
 
 def cmd_resume(args) -> int:
-    from .runner import resume
+    from .runner import is_seeds_folder, resume, resume_seeds
 
-    summary = resume(args.run_dir, progress=not args.quiet, iterations=args.iterations)
+    with _reporter(args) as rep:
+        if is_seeds_folder(args.run_dir):
+            _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations), rep, Path(args.run_dir))
+            return 0
+        summary = resume(args.run_dir, progress=rep, iterations=args.iterations)
+        rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
     _print_summary(Path(args.run_dir), summary)
     return 0
+
+
+def _flat_summary(s: dict) -> dict:
+    return {k: s[k] for k in ("iterations", "evaluations", "solved", "problems") if k in s}
+
+
+def _seeds_summary(results, rep, folder: Path) -> None:
+    """Each seed's summary as its run ends, then the arm's mean with its 95% interval."""
+    from .curves import ci95
+
+    solved = []
+    for seed, run_dir, summary in results:
+        rep.summary(f"run {run_dir}", seed=seed, **_flat_summary(summary))
+        _print_summary(run_dir, summary)
+        solved.append(summary["solved"])
+    rep.close()
+    mean, half = ci95(solved)
+    print(f"{len(solved)} seeds in {folder}: solved {mean:.3g} ± {half:.3g} (mean, 95% CI half-width) of "
+          f"{summary['problems']} problems; compare with `vevo curves {folder}` and `vevo report {folder} --out R`")
 
 
 def _print_summary(run_dir: Path, s: dict) -> None:
@@ -373,7 +435,10 @@ def cmd_export(args) -> int:
 
 def _labelled_runs(runs: list[str], labels: list[str]) -> dict[str, list[str]]:
     """Run folders by label, as `curves` and `report` take them: RUN is labelled by its folder name, NAME=RUN
-    (positional or --label) by NAME. Runs sharing a label are seeds of one setting, averaged together."""
+    (positional or --label) by NAME. Runs sharing a label are seeds of one setting, averaged together; a seeds
+    folder (`vevo run --seeds`) is one label with all its seeds."""
+    from .arms import expand
+
     out: dict[str, list[str]] = {}
     specs = [(r, False) for r in runs] + [(spec, True) for spec in labels]
     for spec, must_name in specs:
@@ -384,14 +449,10 @@ def _labelled_runs(runs: list[str], labels: list[str]) -> dict[str, list[str]]:
         elif must_name:
             raise UserError(f"--label {spec!r}: expected NAME=RUN")
         else:
-            name, path = Path(spec).name, spec
-        out.setdefault(name, []).append(path)
+            name, path = Path(spec).resolve().name, spec
+        out.setdefault(name, []).extend(str(p) for p in expand(path))  # a seeds folder: each seed a run
     if not out:
         raise UserError("no runs given")
-    for paths in out.values():
-        for p in paths:
-            if not (Path(p) / "archive.db").is_file():
-                raise UserError(f"{p}: not a run directory (no archive.db)")
     return out
 
 
@@ -401,7 +462,7 @@ def cmd_curves(args) -> int:
     runs = _labelled_runs(args.runs, args.label)
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
     rows = curves.curve_table(dbs, args.x)
-    out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
+    out = args.out or str(_first_folder(args) / "curves.png")
     curves.plot(dbs, args.x, out, band=args.band)
     print(f"wrote {out}")
     if args.csv:
@@ -411,18 +472,26 @@ def cmd_curves(args) -> int:
     return 0
 
 
+def _first_folder(args) -> Path:
+    spec = (list(args.runs) + list(args.label))[0]
+    return Path(spec.split("=", 1)[1] if "=" in spec and not Path(spec).exists() else spec)
+
+
 def cmd_report(args) -> int:
-    from . import report
+    from . import arms, report
 
     runs = _labelled_runs(args.runs, args.label)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else _first_folder(args) / "report"
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a folder")
     try:
         data = report.gather(runs)
+        diffs = arms.compare(runs)
     except ValueError as e:  # an archive.db that is not a vevo archive
         raise UserError(str(e))
-    index = report.render(data, out, args.x)
+    for d in diffs:
+        print(printable(d.line(), newlines=False))
+    index = report.render(data, out, args.x, extra_html=arms.comparison_html(diffs))
     print(f"wrote {index}")
     return 0
 
@@ -447,33 +516,45 @@ def _problems_for(args):
 
 
 def cmd_train(args) -> int:
-    from proposer.backends import make_backend
+    """stdout: one JSON object per step (the stable interface), then the summary; stderr: progress."""
+    with _reporter(args) as rep:
+        rep.phase("loading problems")
+        from proposer.backends import make_backend
 
-    from .study import train
+        from .study import train, trend
 
-    probs = _problems_for(args)
-    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
-    with _pool(args.workers) as pool:
-        hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
-                     batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
-                     max_tokens=args.max_tokens, probe_every=args.probe_every)
+        probs = _problems_for(args)
+        rep.phase(f"loading proposer {args.proposer}")
+        backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
+        rep.phase(f"starting the sandbox ({args.workers} workers)")
+        with _pool(args.workers) as pool:
+            hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
+                         batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
+                         max_tokens=args.max_tokens, probe_every=args.probe_every,
+                         log=lambda line: print(line, flush=True), reporter=rep)
+        key = "mean_set_reward" if hist and "mean_set_reward" in hist[0] else "loss"  # covrl: no sandbox reward
+        text = trend([h.get(key) for h in hist], key.replace("_", " "))
+        rep.summary(text, steps=len(hist))
     if hist:
-        key = "mean_set_reward" if "mean_set_reward" in hist[0] else "reward"  # covrl: reference log-likelihood
-        print(f"trained {len(hist)} steps: {key.replace('_', ' ')} {hist[0].get(key, 0.0):.3f} -> "
-              f"{hist[-1].get(key, 0.0):.3f}; model saved to {args.out} (use --proposer hf:{args.out})")
+        print(f"trained {len(hist)} steps; model saved to {args.out} (use --proposer hf:{args.out})\n{text}")
     return 0
 
 
 def cmd_eval(args) -> int:
-    from proposer.backends import make_backend
+    with _reporter(args) as rep:
+        rep.phase("loading problems")
+        from proposer.backends import make_backend
 
-    from .study import evaluate_proposer
+        from .study import evaluate_proposer
 
-    probs = _problems_for(args)
-    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
-    with _pool(args.workers) as pool:
-        res = evaluate_proposer(backend, probs, pool, k=args.k, m=args.answers, n=args.n, seed=args.seed,
-                                max_tokens=args.max_tokens)
+        probs = _problems_for(args)
+        rep.phase(f"loading proposer {args.proposer}")
+        backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
+        rep.phase(f"starting the sandbox ({args.workers} workers)")
+        with _pool(args.workers) as pool:
+            res = evaluate_proposer(backend, probs, pool, k=args.k, m=args.answers, n=args.n, seed=args.seed,
+                                    max_tokens=args.max_tokens, reporter=rep)
+        rep.summary("eval", **{k: v for k, v in res.items() if isinstance(v, (int, float))})
     if args.json:
         print(json.dumps(res))
     else:
@@ -493,117 +574,187 @@ def cmd_pretrain(args) -> int:
 
 # ------------------------------------------------------------------ parser
 
+class _Help(argparse.HelpFormatter):
+    """Shows a flag's default after its help when the default says something (not None, False or empty)."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=30, width=min(110, max(80, _columns())))
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" not in text and action.default not in (None, False, [], argparse.SUPPRESS) \
+                and action.option_strings:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _columns() -> int:
+    import shutil
+
+    return shutil.get_terminal_size((100, 24)).columns
+
+
+def _output_flags(p, what: str = "run") -> None:
+    """--quiet, --log-json, --log-every: how a long command reports (evolve/progress.py), in one help group."""
+    g = p.add_argument_group("progress", "on a terminal a live bar on stderr; otherwise a plain line every "
+                             "--log-every seconds")
+    g.add_argument("--quiet", action="store_true", help="no progress output (the result is still printed)")
+    g.add_argument("--log-json", metavar="FILE", help=f"append every progress record of the {what} to FILE "
+                   "as JSON lines")
+    g.add_argument("--log-every", type=float, metavar="SECONDS", default=None,
+                   help="seconds between progress lines when not on a terminal (default: 10; 0: every one)")
+
+
+def _config_help(f) -> str:
+    """A generated flag's help: its description and, when it says something, the config default."""
+    text = f.help
+    if f.default is not None and f.default != [] and f.kind != "list":
+        shown = str(f.default).lower() if isinstance(f.default, bool) else f.default
+        text = (text + " " if text else "") + f"(default: {shown})"
+    return text.replace("%", "%%") or None
+
+
 def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``cmd`` (the subcommand being run), the flags and choices that need the config
     model and the registries are built for that subcommand only, so `vevo --help` stays instant."""
     full = cmd is None
 
-    ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = argparse.ArgumentParser(prog="vevo", description="Evolutionary program search with a VPO-trained proposer.",
+                                 epilog="`vevo COMMAND --help` for a command's flags.", formatter_class=_Help)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    _add = sub.add_parser
+
+    def add(name, help_=None, **kw):  # one line in `vevo --help`, the same line atop `vevo NAME --help`
+        help_ = kw.pop("help", help_)
+        return _add(name, help=help_, description=kw.pop("description", help_), formatter_class=_Help, **kw)
+
+    sub.add_parser = add  # type: ignore[method-assign]
 
     def pdir(p):
         p.add_argument("--problems-dir", action="append", default=[], metavar="D",
                        help="folder of problem folders (repeatable; also VEVO_PROBLEMS_PATH)")
 
-    pr = sub.add_parser("problems", help="list, show, create, check and import problems")
-    psub = pr.add_subparsers(dest="pcmd", required=True)
-    p = psub.add_parser("list")
-    p.add_argument("--suite")
-    p.add_argument("--json", action="store_true")
+    pr = sub.add_parser("problems", "list, show, create, check and import problems")
+    psub = pr.add_subparsers(dest="pcmd", required=True, metavar="COMMAND")
+    psub.add_parser = lambda name, help_, _a=psub.add_parser: _a(  # type: ignore[method-assign]
+        name, help=help_, description=help_, formatter_class=_Help)
+    p = psub.add_parser("list", "list the problems vevo knows (built-in suites, folders, plugins)")
+    p.add_argument("--suite", help="only this suite (pbe, pbe-heldout, pbe-hard, sr, ...)")
+    p.add_argument("--json", action="store_true", help="one JSON object per problem")
     pdir(p)
     p.set_defaults(fn=cmd_problems_list)
-    p = psub.add_parser("show")
-    p.add_argument("id")
+    p = psub.add_parser("show", "one problem: description, entry point, limits, seed program, first tests")
+    p.add_argument("id", help="problem id or folder")
     pdir(p)
     p.set_defaults(fn=cmd_problems_show)
-    p = psub.add_parser("new")
-    p.add_argument("name")
-    p.add_argument("--kind", default="io", choices=["io", "asserts", "stdio", "openevolve"])
-    p.add_argument("--dir", default=".")
+    p = psub.add_parser("new", "create a problem folder that passes `vevo problems check` as written")
+    p.add_argument("name", help="folder name (and problem id)")
+    p.add_argument("--kind", default="io", choices=["io", "asserts", "stdio", "openevolve"],
+                   help="io: function-call cases; asserts: assert lines; stdio: stdin/stdout cases; "
+                   "openevolve: initial_program.py + evaluator.py")
+    p.add_argument("--dir", default=".", help="where to create it")
     p.set_defaults(fn=cmd_problems_new)
-    p = psub.add_parser("check")
-    p.add_argument("target", metavar="ID|PATH|SUITE")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--workers", type=int, default=2)
+    p = psub.add_parser("check", "validate problems and run their seed and reference programs in the sandbox")
+    p.add_argument("target", metavar="ID|PATH|SUITE", help="a problem id, a folder of problems, or a suite name")
+    p.add_argument("--json", action="store_true", help="one JSON object per problem")
+    p.add_argument("--workers", type=int, default=2, help="sandbox worker processes")
     pdir(p)
     p.set_defaults(fn=cmd_problems_check)
-    p = psub.add_parser("import")
+    p = psub.add_parser("import", "convert a dataset (MBPP, HumanEval, EvalPlus, APPS, OpenEvolve) into problems")
     if full or cmd == "problems":
         from problems.importers import sources
 
-        p.add_argument("source", choices=sources())
+        p.add_argument("source", choices=sources(), help="the dataset's format")
     else:
-        p.add_argument("source")
-    p.add_argument("path")
-    p.add_argument("--out", required=True)
+        p.add_argument("source", help="the dataset's format")
+    p.add_argument("path", help="the dataset file or folder")
+    p.add_argument("--out", required=True, help="folder to write the problems into")
     p.add_argument("--workers", type=int, default=2, help="sandbox workers (importers that run reference code)")
+    _output_flags(p, "import")
     p.set_defaults(fn=cmd_problems_import)
 
-    p = sub.add_parser("eval-program", help="evaluate one program file on a problem")
-    p.add_argument("problem", metavar="ID|PATH")
-    p.add_argument("program")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--timeout", type=float, default=None)
+    p = sub.add_parser("eval-program", "evaluate one program file on a problem, in the sandbox")
+    p.add_argument("problem", metavar="ID|PATH", help="problem id or folder")
+    p.add_argument("program", help="the Python file to evaluate")
+    p.add_argument("--json", action="store_true", help="the evaluation as one JSON object")
+    p.add_argument("--timeout", type=float, default=None, help="seconds (default: the problem's own limit)")
     p.add_argument("--unsafe-no-sandbox", action="store_true",
                    help="run the program even where no sandbox layer is available (it gets all your rights)")
     pdir(p)
     p.set_defaults(fn=cmd_eval_program)
-    p = sub.add_parser("doctor", help="which sandbox layers this machine gives candidates, and why not")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("doctor", "which sandbox layers this machine gives candidates, and why not")
+    p.add_argument("--json", action="store_true", help="every layer as one JSON object")
     p.set_defaults(fn=cmd_doctor)
 
-
-    p = sub.add_parser("run", help="run an evolution campaign")
+    p = sub.add_parser("run", "run an evolution campaign (or one per seed with --seeds)",
+                       usage="vevo run [CONFIG.yaml] [--suite S | --problem ID | --problems-dir D] [--seeds A-B] "
+                       "[--out D] [--FLAG VALUE ...]",
+                       description="Run an evolution campaign. Every config key has a flag; flags override the "
+                       "YAML config, --set reaches any key. Defaults are the config's.")
     p.add_argument("config", nargs="?", help="YAML config (flags override it)")
+    g = p.add_argument_group("seeds")
+    g.add_argument("--seeds", metavar="A-B|A,B,C", help="one campaign per seed into OUT/seed-N, one after "
+                   "another; `vevo curves OUT` / `vevo report OUT` read the folder as one arm")
     if full or cmd == "run":
-        from .config import run_flags
-    # one flag per config key, generated from the config model
-    for flag, key, kind, choices, help_ in (run_flags() if full or cmd == "run" else []):
-        kw: dict = {"dest": key, "help": help_.replace("%", "%%") or None}
-        if kind == "list":
-            kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(key, "VALUE"))
-        else:
-            kw.update(type={"int": int, "float": float}.get(kind, str), choices=choices)
-        p.add_argument(f"--{flag}", **kw)
+        from .config import flag_groups, run_flags
+
+        groups = {name: p.add_argument_group(title, text or None) for name, (title, text) in flag_groups().items()}
+        # one flag per config key, generated from the config model, in its config section's group
+        for f in run_flags():
+            kw: dict = {"dest": f.key, "help": _config_help(f)}
+            if f.kind == "list":
+                kw.update(action="append", metavar={"problems_dir": "D", "problems": "ID"}.get(f.key, "VALUE"))
+            else:
+                kw.update(type={"int": int, "float": float}.get(f.kind, str), choices=f.choices)
+                if f.choices is None:
+                    kw["metavar"] = {"out": "DIR", "proposer": "SPEC", "suite": "NAME"}.get(
+                        f.key, {"int": "N", "float": "X"}.get(f.kind, "TEXT"))
+            groups.get(f.group, p).add_argument(f"--{f.flag}", **kw)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="any config key, flat or dotted (train_lr=1e-4, train.reward=novel); repeatable")
-    p.add_argument("--quiet", action="store_true")
+    _output_flags(p)
     p.set_defaults(fn=cmd_run)
-    p = sub.add_parser("resume", help="continue a run from its last checkpoint")
-    p.add_argument("run_dir")
+    p = sub.add_parser("resume", "continue a run (or every seed of a seeds folder) from its last checkpoint")
+    p.add_argument("run_dir", help="the run folder, or a folder written by `vevo run --seeds`")
     p.add_argument("--iterations", type=int, help="raise the iteration budget")
-    p.add_argument("--quiet", action="store_true")
+    _output_flags(p)
     p.set_defaults(fn=cmd_resume)
-    p = sub.add_parser("runs", help="inspect runs")
-    rsub = p.add_subparsers(dest="rcmd", required=True)
-    p = rsub.add_parser("show")
-    p.add_argument("run_dir")
+    p = sub.add_parser("runs", "inspect runs")
+    rsub = p.add_subparsers(dest="rcmd", required=True, metavar="COMMAND")
+    p = rsub.add_parser("show", help="a run's summary: iterations, evaluations, solved problems, best programs",
+                        description="a run's summary: iterations, evaluations, solved problems, best programs",
+                        formatter_class=_Help)
+    p.add_argument("run_dir", help="the run folder")
     p.add_argument("--code", action="store_true", help="print each problem's best program")
     p.add_argument("--program", type=int, metavar="ID", help="print one program, its error and its diff against "
                    "its parent")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the summary as one JSON object")
     p.set_defaults(fn=cmd_runs_show)
-    p = sub.add_parser("export", help="one row per evaluated program")
-    p.add_argument("run_dir")
-    p.add_argument("--format", choices=["csv", "parquet"], default="csv")
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("export", "one row per evaluated program, as CSV or Parquet")
+    p.add_argument("run_dir", help="the run folder")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format")
+    p.add_argument("--out", required=True, help="the file to write")
     p.set_defaults(fn=cmd_export)
-    p = sub.add_parser("curves", help="solved-over-iterations and best-score curves from archives")
-    p.add_argument("runs", nargs="*", metavar="RUN")
-    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN")
-    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
-    p.add_argument("--out", metavar="FILE.png|.svg")
-    p.add_argument("--csv", action="store_true")
-    p.add_argument("--band", choices=["minmax", "ci95"], default="minmax",
-                   help="band around a label's mean when it has several runs (seeds)")
+    runs_help = "a run folder, a seeds folder (`vevo run --seeds`: one arm), or NAME=FOLDER; folders sharing a " \
+                "NAME are averaged"
+    p = sub.add_parser("curves", "problems solved and best score over iterations, one line per arm")
+    p.add_argument("runs", nargs="*", metavar="RUN", help=runs_help)
+    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN", help="as RUN, always named")
+    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations", help="the x axis")
+    p.add_argument("--out", metavar="FILE.png|.svg", help="the figure (default: curves.png in the first folder "
+                   "given)")
+    p.add_argument("--csv", action="store_true", help="also write the curves as CSV next to the figure")
+    p.add_argument("--band", choices=["minmax", "ci95"], default="ci95",
+                   help="band around an arm's mean when it has several runs: 95%% CI of the mean, or min-max")
     p.set_defaults(fn=cmd_curves)
-    p = sub.add_parser("report", help="static HTML page: curves, per-problem table, training diagnostics")
-    p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are averaged")
-    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN")
-    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations")
-    p.add_argument("--out", required=True, metavar="DIR")
+    p = sub.add_parser("report", "static HTML page: curves, differences between arms, problems, training")
+    p.add_argument("runs", nargs="*", metavar="RUN", help=runs_help)
+    p.add_argument("--label", action="append", default=[], metavar="NAME=RUN", help="as RUN, always named")
+    p.add_argument("--x", choices=["iterations", "evaluations"], default="iterations", help="the curves' x axis")
+    p.add_argument("--out", metavar="DIR", help="folder for index.html and its figures (default: report/ in the "
+                   "first folder given)")
     p.set_defaults(fn=cmd_report)
-    p = sub.add_parser("ui", help="live web app over run folders (while they run and after); Ctrl-C stops it")
+    p = sub.add_parser("ui", "live web app over run folders (while they run and after); Ctrl-C stops it")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are seeds")
     p.add_argument("--root", metavar="DIR", help="also every run folder below DIR (two levels: D/run, D/arm/seed-N)")
     p.add_argument("--host", default="127.0.0.1", help="any non-loopback address requires the token")
@@ -613,16 +764,17 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):
-        p = sub.add_parser(name, help=hlp)
-        p.add_argument("--proposer", required=True, metavar="SPEC")
-        p.add_argument("--suite")
-        p.add_argument("--problem", action="append", default=[], metavar="ID")
+        p = sub.add_parser(name, hlp)
+        p.add_argument("--proposer", required=True, metavar="SPEC", help="tiny, hf:PATH, vllm:PATH, openai:URL, ...")
+        p.add_argument("--suite", help="the problems: a suite")
+        p.add_argument("--problem", action="append", default=[], metavar="ID", help="the problems: ids (repeatable)")
         pdir(p)
         p.add_argument("--answers", type=int, default=4, help="m answers per completion")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--workers", type=int, default=2)
-        p.add_argument("--max-tokens", dest="max_tokens", type=int, default=384)
+        p.add_argument("--seed", type=int, default=0, help="seeds sampling (and, for train, problem order)")
+        p.add_argument("--workers", type=int, default=2, help="sandbox worker processes")
+        p.add_argument("--max-tokens", dest="max_tokens", type=int, default=384, help="tokens per completion")
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
+        _output_flags(p, name)
         p.set_defaults(fn=fn)
         if name == "train":
             algos = None
@@ -632,23 +784,24 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                 algos = training_algorithms(campaign=False)
             p.add_argument("--algo", default="vpo", choices=algos,
                            help="covrl: needs reference solutions")
-            p.add_argument("--steps", type=int, default=10)
+            p.add_argument("--steps", type=int, default=10, help="training steps")
             p.add_argument("--group", type=int, default=4, help="G completions per prompt")
             p.add_argument("--batch", type=int, default=2, help="problems per step")
-            p.add_argument("--lr", type=float, default=1e-3, help="as the run config's train_lr")
+            p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
             p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
             p.add_argument("--probe-every", dest="probe_every", type=int, default=5, metavar="N",
                            help="reward of fixed probe problems (own and held-out) every N steps and before the "
                            "first; 0: off")
-            p.add_argument("--out", required=True, metavar="DIR")
+            p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is saved")
         else:
-            p.add_argument("--k", type=int, default=30)
-            p.add_argument("--n", type=int, default=None, help="candidates per problem (default 2k)")
-            p.add_argument("--json", action="store_true")
-    p = sub.add_parser("pretrain", help="pretrain the tiny proposer on CPU (the bundled one was made this way)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--minutes", type=float, default=12)
-    p.add_argument("--seed", type=int, default=0)
+            p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "
+                           "(best@k, pass@k)")
+            p.add_argument("--n", type=int, default=None, help="candidates sampled per problem (default: 2k)")
+            p.add_argument("--json", action="store_true", help="the result as one JSON object")
+    p = sub.add_parser("pretrain", "pretrain the tiny proposer on CPU (the bundled one was made this way)")
+    p.add_argument("--out", required=True, help="folder for the checkpoint")
+    p.add_argument("--minutes", type=float, default=12, help="training time budget")
+    p.add_argument("--seed", type=int, default=0, help="seeds the corpus and the initialisation")
     p.set_defaults(fn=cmd_pretrain)
     return ap
 

@@ -12,6 +12,7 @@ still accepted everywhere — in YAML, in overrides, in old run folders — and 
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticUndefined
 
 from evaluators.executor import EXECUTORS
 from problems.errors import VevoError
@@ -60,13 +62,14 @@ def _known(name: str, section: str, what: str) -> str:
 class SelectionConfig(StrictModel):
     """How parents and inspirations are chosen, and how islands keep and exchange members."""
 
-    method: str = Field("lexicase", description="parent selection: a name in evolve.selection.SELECTIONS")
-    lexicase_epsilon: float | None = Field(None, ge=0, description="None: per-test median absolute deviation")
-    tournament_size: int = Field(3, ge=1)
+    method: str = Field("lexicase", description="how parents are chosen")
+    lexicase_epsilon: float | None = Field(None, ge=0, description="ε of ε-lexicase; None: per-test median "
+                                           "absolute deviation")
+    tournament_size: int = Field(3, ge=1, description="programs drawn per tournament (selection tournament)")
     inspirations: int = Field(2, ge=0, description="other programs shown in the prompt")
-    island_capacity: int = Field(40, ge=1)
-    migration_every: int = Field(10, ge=0, description="0: never migrate")
-    migration_count: int = Field(1, ge=0)
+    island_capacity: int = Field(40, ge=1, description="programs an island keeps")
+    migration_every: int = Field(10, ge=0, description="iterations between migrations (0: never)")
+    migration_count: int = Field(1, ge=0, description="programs each island sends to the next at a migration")
 
     @field_validator("method")
     @classmethod
@@ -78,9 +81,10 @@ class SamplingConfig(StrictModel):
     """What the proposer is asked for and how it samples."""
 
     answer_mode: Literal["full", "diff"] = Field("full", description="answers are whole blocks or SEARCH/REPLACE diffs")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(384, ge=1)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature (0: greedy)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: the smallest set of tokens with this "
+                         "probability")
+    max_tokens: int = Field(384, ge=1, description="tokens per completion")
     chat: bool | Literal["auto"] = Field("auto", description="chat template + chat prompt style for hf/vllm/"
                                          "openai proposers; auto: when the tokenizer has a chat template")
     reasoning: bool = Field(False, description="the prompt asks for a short <reasoning> section before the answers "
@@ -90,14 +94,12 @@ class SamplingConfig(StrictModel):
 class TrainSection(StrictModel):
     """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
 
-    algo: str = Field("none", description="none, an advantage estimator (proposer.estimators.ESTIMATORS), or "
-                      "covrl / vpo+covrl (proposer/algorithms.py)")
+    algo: str = Field("none", description="training algorithm; none: the proposer is never updated")
     every: int = Field(10, ge=1, description="iterations between updates")
     batch: int = Field(8, ge=1, description="archive groups per training step")
-    lr: float = Field(1e-3, gt=0, description="AdamW lr; 1e-3 with LoRA r8 is the smallest that moves the tiny "
-                      "proposer (bench/train_sweep.py, docs/results/train_sweep.md)")
-    lora: bool = True
-    epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
+    lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
+    epochs: int = Field(1, ge=1, description="passes over each step's samples")
     reward: Literal["vector", "novel", "improvement"] = Field(
         "vector", description="vector: answers' test vectors; novel: answers that reproduce a known program score "
         "0; improvement: per test max(0, answer - parent)")
@@ -109,13 +111,14 @@ class TrainSection(StrictModel):
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range")
     kl_beta: float = Field(1e-3, ge=0, description="k3 KL weight to the reference (LoRA: adapter off)")
     is_cap: float = Field(2.0, ge=1, description="truncation of the sampler importance weight")
-    max_grad_norm: float = Field(1.0, ge=0, description="0: no clipping")
-    weight_decay: float = Field(0.0, ge=0)
-    lora_rank: int = Field(8, ge=1)
+    max_grad_norm: float = Field(1.0, ge=0, description="gradient norm clip (0: no clipping)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    lora_rank: int = Field(8, ge=1, description="LoRA rank")
     lora_alpha: float | None = Field(None, gt=0, description="None: 2 * rank")
     lora_targets: list[str] | None = Field(None, description="module names; None: found per architecture")
     max_seq_len: int = Field(0, ge=0, description="prompt + completion tokens per row (0: no limit)")
-    grad_checkpointing: bool = False
+    grad_checkpointing: bool = Field(False, description="recompute activations in the backward pass (less "
+                                     "memory, slower)")
     autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
     # learning diagnostics (evolve/probe.py): a fixed probe set, sampled with a fixed seed
     probe_every: int = Field(5, ge=0, description="probe after every N-th policy update, and once before the "
@@ -220,16 +223,15 @@ class CampaignConfig(StrictModel):
     """Everything one campaign needs. Defaults give a small, runnable campaign with the tiny proposer."""
 
     # what to solve
-    problems: list[str] = Field(default_factory=list, description="problem ids")
+    problems: list[str] = Field(default_factory=list, description="a problem id (repeatable)")
     suite: str | None = Field(None, description="a named suite of problems")
     problems_dir: list[str] = Field(default_factory=list, description="folders of problems; given alone, the "
                                     "campaign runs every problem in them")
     # proposer and search shape
     proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | "
                           "replay:FILE")
-    proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU; 1 while the "
-                                         "sandbox overlaps generation ran 2.06x faster than 2 (bench/cpu_schedule.py); "
-                                         "None: the backend's default")
+    proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU (1 leaves the "
+                                         "other cores to the sandbox); None: the backend's default")
     proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="weights of hf/vllm proposers (auto: bf16 on a GPU that has it, else fp32); a trainer "
         "keeps its trainable weights in fp32 whatever this is")
@@ -243,11 +245,12 @@ class CampaignConfig(StrictModel):
                                "(executor.ray_address is the cluster)")
     vllm_restarts: int = Field(1, ge=0, description="vllm-ray:PATH: new actors started for each replica whose "
                                "actor is lost")
-    iterations: int = Field(50, ge=0)
-    islands: int = Field(2, ge=1)
+    iterations: int = Field(50, ge=0, description="island steps: each one prompt, its group of completions and "
+                            "their evaluation")
+    islands: int = Field(2, ge=1, description="separate populations per problem (ring migration between them)")
     answers: int = Field(4, ge=1, description="m: answers per completion")
     group: int = Field(2, ge=1, description="G: completions per prompt")
-    seed: int = 0
+    seed: int = Field(0, description="seeds selection, sampling and training: one seed and config, one run")
     out: str | None = Field(None, description="run folder (default runs/<timestamp>)")
     retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
     pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
@@ -329,23 +332,64 @@ def _flag_kind(annotation: Any) -> tuple[str, tuple[str, ...] | None]:
 FLAG_NAMES = {"problems": "problem"}  # --problem ID (repeatable) reads better than --problems
 
 
-def run_flags() -> list[tuple[str, str, str, tuple[str, ...] | None, str]]:
-    """(flag, dest key, kind, choices, help) for every config key: top-level fields, then each section's keys
-    under their flat names (`--train-lr`, `--temperature`, `--selection`). The dest key is what `load_config`
-    accepts as an override."""
+class Flag(typing.NamedTuple):
+    """One generated run flag: its name, the config key it sets, how to read it, and where `--help` shows it."""
+
+    flag: str
+    key: str  # dest: what `load_config` accepts as an override
+    kind: str  # list | bool | int | float | str
+    choices: tuple[str, ...] | None
+    help: str
+    group: str  # the help section: a config section, or one of TOP_GROUPS
+    default: Any  # the config's default (None: none or decided later)
+
+
+# the help sections of top-level keys, in order; a key not named here is part of the search's shape
+TOP_GROUPS = {"what to solve": ("problems", "suite", "problems_dir", "retire_solved"),
+              "proposer": ("proposer", "proposer_threads", "proposer_dtype", "vllm_gpu_memory_utilization",
+                           "vllm_sleep", "vllm_tensor_parallel_size", "vllm_replicas", "vllm_restarts"),
+              "search": (),
+              "run folder": ("out", "archive_sync")}
+
+
+def _top_group(name: str) -> str:
+    return next((g for g, names in TOP_GROUPS.items() if name in names), "search")
+
+
+def _default(f: Any) -> Any:
+    if f.default_factory is not None:
+        return f.default_factory()
+    return None if f.default is PydanticUndefined else f.default
+
+
+def run_flags() -> list[Flag]:
+    """A `Flag` for every config key: top-level fields, then each section's keys under their flat names
+    (`--train-lr`, `--temperature`, `--selection`), each with its help section and default."""
     out = []
     for name, f in CampaignConfig.model_fields.items():
         if name in SECTIONS:
             continue
         kind, choices = _flag_kind(f.annotation)
-        out.append((FLAG_NAMES.get(name, name).replace("_", "-"), name, kind, choices, f.description or ""))
+        out.append(Flag(FLAG_NAMES.get(name, name).replace("_", "-"), name, kind, choices, f.description or "",
+                        _top_group(name), _default(f)))
     for flat, (sec, key) in FLAT_KEYS.items():
         f = SECTIONS[sec].model_fields[key]
         kind, choices = _flag_kind(f.annotation)
         if _PRIMARY.get(sec) == key:
             choices = tuple(registered(sec))
-        out.append((flat.replace("_", "-"), flat, kind, choices, f"{sec}.{key}: {f.description or ''}".rstrip(": ")))
+        out.append(Flag(flat.replace("_", "-"), flat, kind, choices, f.description or "", sec, _default(f)))
     return out
+
+
+def flag_groups() -> dict[str, tuple[str, str]]:
+    """Help section (a `Flag.group`) -> (title, one-line description), in the order `vevo run --help` shows them."""
+    top = {"what to solve": "a suite, problem ids, or folders of problems (alone: all their problems)",
+           "proposer": "the model that writes the candidates", "search": "the shape of the evolution",
+           "run folder": ""}
+    secs = {sec: (f"{sec} section", f"config key {sec}.KEY: " +
+                  re.sub(r" \(.*\)", "", (model.__doc__ or "").strip().splitlines()[0]))
+            for sec, model in SECTIONS.items()}
+    return {**{g: (g, text) for g, text in top.items()}, **secs}
 
 
 def flag_value(kind: str, text: str) -> Any:

@@ -1,6 +1,7 @@
 """Search curves from archive files alone (contract 6: any run can be re-plotted later).
 
-pass@t: problems solved by iteration (or evaluation) t. best@t: mean over the run's problems of the best scalar
+pass@t: problems solved by iteration (or evaluation) t; a run that solved (and so retired) every problem
+before its iteration budget keeps its final values to the budget, so averaging seeds never drops a finished run. best@t: mean over the run's problems of the best scalar
 found so far; a problem listed in meta "problems" counts 0 until it has a program. Curves are step functions:
 the value at x is the value after the last point at or before x, and 0 before the first point.
 """
@@ -60,6 +61,11 @@ def run_curves(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.nda
         rows = a.progress_rows()
         listed = json.loads(a.get_meta("problems") or "[]")
         iterations = [m.iteration for m in a.metrics_rows()]
+        cfg = json.loads(a.get_meta("config") or "{}")
+    budget = cfg.get("iterations")
+    if isinstance(budget, int) and cfg.get("retire_solved", True) and listed and \
+            {str(p) for p in listed} <= {r.problem for r in rows if r.solved}:
+        iterations.append(budget)  # every problem solved and retired: the run is over, its curve stays flat
     return _run_curves(rows, [str(p) for p in listed], x, iterations)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from problems.model import Problem
+from proposer import naming
 from proposer.base import SamplingParams
 from proposer.rewards import comparable_reward
 
@@ -59,23 +60,24 @@ def heldout_problems(used: set[str], k: int, seed: int) -> list[Problem]:
     return []
 
 
-def build(name: str, problems: Sequence[Problem], evaluator, m: int, style: str) -> Probe | None:
+def build(name: str, problems: Sequence[Problem], evaluator, m: int, style: str,
+          alias: str | None = None) -> Probe | None:
     """The probe's prompts, from each problem's seed program and its evaluation (one evaluator call)."""
     if not problems:
         return None
     seeds = evaluator.evaluate_many([(p, p.seed_code) for p in problems])
-    prompts = tuple(seed_prompt(p, s, m, style) for p, s in zip(problems, seeds))
+    prompts = tuple(seed_prompt(p, s, m, style, alias) for p, s in zip(problems, seeds))
     return Probe(name, tuple(problems), prompts, tuple(max(1, len(s.vector)) for s in seeds))
 
 
 def reward(backend, probe: Probe, evaluator, *, m: int, group: int, seed: int, temperature: float,
-           max_tokens: int) -> float:
+           max_tokens: int, alias: str | None = None) -> float:
     """mean_set_reward of ``group`` completions per probe prompt, sampled with ``seed``."""
     groups = backend.generate(list(probe.prompts), group,
                               SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed))
     mats: list[np.ndarray] = []
     for p, d, comps in zip(probe.problems, probe.dims, groups):
-        mats += score_completions(p, [c.text for c in comps], m, d, evaluator)[0]
+        mats += score_completions(p, [c.text for c in comps], m, d, evaluator, alias)[0]
     return comparable_reward(mats)["mean_set_reward"]
 
 
@@ -88,24 +90,26 @@ class Prober:
         self.temperature, self.max_tokens, self.style = temperature, max_tokens, style
         self.probes: list[Probe] | None = None
 
-    def _build(self, evaluator) -> list[Probe]:
+    def _build(self, evaluator, alias: str | None) -> list[Probe]:
         by_id = {p.id: p for p in self.own_pool}
         own = [by_id[i] for i in pick(list(by_id), self.k, self.seed)]
         held = heldout_problems(set(by_id), self.k, self.seed)
-        return [p for p in (build("own", own, evaluator, self.m, self.style),
-                            build("heldout", held, evaluator, self.m, self.style)) if p is not None]
+        return [p for p in (build("own", own, evaluator, self.m, self.style, alias),
+                            build("heldout", held, evaluator, self.m, self.style, alias)) if p is not None]
 
     def run(self, backend, evaluator, suffix: str = "") -> dict[str, Any]:
         """{probe_own, probe_heldout, probe_seconds} (each key + suffix); the heldout key is missing when no
         suite had enough problems outside the run."""
         start = time.perf_counter()
+        alias = naming.entry_name(backend)  # the function name the model writes (proposer/naming.py)
         if self.probes is None:
-            self.probes = self._build(evaluator)
+            self.probes = self._build(evaluator, alias)
         out: dict[str, Any] = {}
         for probe in self.probes:
             out[f"probe_{probe.name}{suffix}"] = reward(backend, probe, evaluator, m=self.m, group=self.group,
                                               seed=self.seed * 1_000_003 + PROBE_SEED,
-                                              temperature=self.temperature, max_tokens=self.max_tokens)
+                                              temperature=self.temperature, max_tokens=self.max_tokens,
+                                              alias=alias)
         out[f"probe_seconds{suffix}"] = time.perf_counter() - start
         return out
 

@@ -266,19 +266,21 @@ def _training_section(data: ReportData, figures: list[tuple[str, str]]) -> str:
     return "\n".join(parts)
 
 
-def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations") -> Path:
-    """Write out_dir/index.html with curves.png and one train-*.png per training key next to it."""
+def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations", extra_html: str = "") -> Path:
+    """Write out_dir/index.html with curves.png and one train-*.png per training key next to it; `extra_html`
+    (already escaped: the differences between arms) follows the curves."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot(data.runs, x, out / "curves.png")
+    plot(data.runs, x, out / "curves.png", band="ci95")
     figures = plot_training(data, out)
     body = f"""<h1>vevo report: {_e(", ".join(r.name for r in data.run_data))}</h1>
 <h2>Runs</h2>
 {_runs_table(data)}
 <h2>Search curves</h2>
-<p class="note">Problems solved and mean best score by {_e(x[:-1])}; runs sharing a label are averaged, with
-their min–max band.</p>
+<p class="note">Problems solved and mean best score by {_e(x[:-1])}; runs sharing a label (the seeds of an arm)
+are averaged, with a 95% confidence band of the mean.</p>
 <img id="curves" src="curves.png" alt="problems solved and best score by {_e(x[:-1])}">
+{extra_html}
 <h2>Problems</h2>
 <p class="note">Per run: the iteration of the first solving program and the policy version that proposed it
 (v0 is the untrained proposer). Best program: the highest score over all runs; hover a test for its case.</p>

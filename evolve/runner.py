@@ -13,6 +13,7 @@ from problems.registry import discover
 from .archive import check_archive_file
 from .campaign import Campaign
 from .config import CampaignConfig, config_to_yaml, load_config
+from .progress import Reporter, as_reporter
 
 CONFIG_NAME = "config.yaml"
 
@@ -75,20 +76,24 @@ def backend_kwargs(cfg: CampaignConfig) -> dict:
     return kw
 
 
-def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=None, evaluator=None):
+def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter, backend=None, evaluator=None):
     from evaluators.executor import make_executor
 
+    rep = as_reporter(progress)
+    rep.phase("loading problems")
     skipped: list[str] = []
     probs = resolve_problems(cfg, skipped)
     for line in skipped:  # a broken problem folder is named, never silently dropped
         print(f"warning: skipped problem {line}", file=sys.stderr, flush=True)
     own_pool = evaluator is None
     if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
+        rep.phase(f"starting the sandbox ({cfg.executor.kind} executor, {cfg.sandbox.workers} workers)")
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
         evaluator = make_executor(cfg, hide)
     if backend is None:
         from proposer.backends import make_backend
 
+        rep.phase(f"loading proposer {cfg.proposer}")
         try:
             backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
         except BaseException:
@@ -99,20 +104,18 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     if cfg.train.algo != "none":
         from .campaign_training import CampaignTrainer
 
+        rep.phase(f"preparing the trainer ({cfg.train.algo}, {'LoRA' if cfg.train.lora else 'full'})")
         on_iteration = CampaignTrainer(cfg, run_dir, backend)
-    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)
+    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, on_iteration=on_iteration)
     camp.archive.set_meta("skipped_problems", json.dumps(skipped))
     camp._own_pool = own_pool  # type: ignore[attr-defined]
-    record_isolation(camp, progress)
+    record_isolation(camp, rep)
     return camp
 
 
-def record_isolation(camp: Campaign, progress: bool) -> None:
-    """The sandbox this run's candidates get: one line on stderr at the start, and the run's metadata (`runs show`;
-    a resumed run records the sandbox of its latest start)."""
-    import json
-    import sys
-
+def record_isolation(camp: Campaign, rep: Reporter) -> None:
+    """The sandbox this run's candidates get: one line on stderr at the start (not with --quiet), and the run's
+    metadata (`runs show`; a resumed run records the sandbox of its latest start)."""
     try:
         iso = getattr(camp.evaluator, "isolation", None)
     except Exception:  # an executor that cannot say (a remote cluster gone) must not stop the run here
@@ -120,14 +123,16 @@ def record_isolation(camp: Campaign, progress: bool) -> None:
     if not isinstance(iso, dict) or not iso:
         return
     camp.archive.set_meta("isolation", json.dumps(iso))
-    if progress:
+    if rep.mode != "quiet":
         print(f"vevo: sandbox: {iso.get('summary') or iso.get('filesystem')}", file=sys.stderr)
 
 
-def _finish(camp: Campaign) -> dict:
+def _finish(camp: Campaign, progress: bool | Reporter) -> dict:
     try:
         return camp.run()
     finally:
+        if camp.reporter is not progress:  # made here from a bool: ours to close
+            camp.reporter.close()
         camp.close()
         if hasattr(camp.backend, "close"):  # before the evaluator: a ray executor's close ends the Ray cluster
             camp.backend.close()              # that vllm-ray engines may share, and they shut down cleanly first
@@ -135,7 +140,7 @@ def _finish(camp: Campaign) -> dict:
             camp.evaluator.close()  # type: ignore[attr-defined]
 
 
-def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]:
+def start(cfg: CampaignConfig, progress: bool | Reporter = True, **kw) -> tuple[Path, dict]:
     cfg.require_problems()
     run_dir = Path(cfg.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
     if (run_dir / "archive.db").exists():
@@ -153,14 +158,80 @@ def start(cfg: CampaignConfig, progress: bool = True, **kw) -> tuple[Path, dict]
                     break
                 d.rmdir()
         raise
-    return run_dir, _finish(camp)
+    return run_dir, _finish(camp, progress)
 
 
-def resume(run_dir: str | Path, progress: bool = True, iterations: int | None = None, **kw) -> dict:
+def resume(run_dir: str | Path, progress: bool | Reporter = True, iterations: int | None = None, **kw) -> dict:
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_NAME).is_file():
         raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
     cfg = load_config(run_dir / CONFIG_NAME, {"iterations": iterations})
     if (run_dir / "archive.db").exists():  # absent: killed before the archive was created, so start it
         check_archive_file(run_dir / "archive.db")  # before the proposer and sandbox start: fail fast
-    return _finish(open_campaign(cfg, run_dir, progress, **kw))
+    return _finish(open_campaign(cfg, run_dir, progress, **kw), progress)
+
+
+SEEDS_NAME = "seeds.yaml"  # in a seeds folder: the seeds asked for and the config they share
+
+
+def start_seeds(cfg: CampaignConfig, seeds: list[int], progress: bool | Reporter = True):
+    """One campaign per seed into ``cfg.out/seed-N/``, one after another (each already keeps the cores busy:
+    sandbox workers plus the proposer), so every seed's run equals ``vevo run --seed N`` alone. Yields
+    (seed, run folder, summary) as each ends; `resume_seeds` continues an interrupted folder."""
+    import yaml
+
+    from .arms import seed_dir
+
+    cfg.require_problems()
+    if not cfg.out:
+        raise RunError("--seeds needs --out D (each seed's run goes to D/seed-N)")
+    out = Path(cfg.out)
+    for s in seeds:
+        if (seed_dir(out, s) / "archive.db").exists():
+            raise RunError(f"{seed_dir(out, s)}: already holds a run (continue the folder with `vevo resume {out}`)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / SEEDS_NAME).write_text(yaml.safe_dump({"seeds": list(seeds), "config": cfg.model_dump(mode="json")},
+                                                 sort_keys=False), encoding="utf-8")
+    yield from _seed_loop(cfg, seeds, out, progress, resuming=False)
+
+
+def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iterations: int | None = None):
+    """Continue every seed of a seeds folder: resume those started, start those never reached."""
+    import yaml
+
+    folder = Path(folder)
+    try:
+        spec = yaml.safe_load((folder / SEEDS_NAME).read_text(encoding="utf-8"))
+        seeds = [int(s) for s in spec["seeds"]]
+        cfg = CampaignConfig.model_validate(spec["config"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
+        raise RunError(f"{folder / SEEDS_NAME}: cannot read the seeds folder's plan ({e})") from None
+    if iterations is not None:
+        cfg.iterations = iterations
+    cfg.out = str(folder)
+    yield from _seed_loop(cfg, seeds, folder, progress, resuming=True, iterations=iterations)
+
+
+def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resuming: bool, iterations=None):
+    from .arms import seed_dir
+
+    rep = as_reporter(progress)
+    try:
+        for i, s in enumerate(seeds):
+            rep.context = {"seed": s}
+            rep.prefix = f"seed {s} ({i + 1}/{len(seeds)}): "
+            run_dir = seed_dir(out, s)
+            if resuming and (run_dir / CONFIG_NAME).is_file():
+                yield s, run_dir, resume(run_dir, rep, iterations=iterations)
+            else:
+                one = cfg.model_copy(deep=True)
+                one.seed, one.out = s, str(run_dir)
+                yield s, *start(one, rep)
+    finally:
+        rep.context, rep.prefix = {}, ""
+        if rep is not progress:
+            rep.close()
+
+
+def is_seeds_folder(path: str | Path) -> bool:
+    return (Path(path) / SEEDS_NAME).is_file() and not (Path(path) / CONFIG_NAME).is_file()

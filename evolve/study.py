@@ -27,6 +27,7 @@ from proposer.parsing import parse_answers
 from proposer.rewards import comparable_reward, reward_diversity
 from proposer.training import PolicyTrainer, TrainConfig, TrainSample
 
+from .progress import as_reporter, training_fields
 from .scoring import score_completions, seed_prompt
 
 __all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k", "score_completions", "seed_prompt"]
@@ -41,9 +42,12 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
           batch: int = 2, lr: float = 1e-3, lora: bool = True, seed: int = 0, out: str | Path | None = None,
           max_tokens: int = 384, temperature: float = 1.0, lora_rank: int = 8, epochs: int = 1,
           kl_beta: float = 1e-3, probe_every: int = 5, probe_problems: int = 4, probe_group: int = 2,
-          log=print) -> list[dict[str, Any]]:
-    """RL on the problems' seed prompts; every ``probe_every`` steps (and before the first) the fixed probe
-    sets' rewards (evolve/probe.py: some of these problems, and held-out ones) go into that step's record."""
+          log=print, reporter=None) -> list[dict[str, Any]]:
+    """RL on the problems' seed prompts. `log` gets one JSON line per step (the stable interface: at least
+    ``step`` and ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile.
+    Every ``probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of
+    these problems, and held-out ones) go into that step's record."""
+    rep = as_reporter(reporter)
     if not has(backend, TRAINABLE):
         raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
@@ -57,9 +61,10 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
                             ref_model=None if lora else PolicyTrainer.frozen_copy(model))
     if algo == "covrl":
         history = train_covrl(backend, trainer, problems, pool, steps=steps, m=m, group=group, batch=batch,
-                              seed=seed, temperature=temperature, log=log)
+                              seed=seed, temperature=temperature, log=log, reporter=rep)
         _save(backend, model, lora, out, history)
         return history
+    rep.phase(f"evaluating {len(problems)} seed programs")
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
     prober = None
@@ -69,11 +74,14 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         prober = Prober(problems, seed=seed, k=probe_problems, group=probe_group, m=m, temperature=temperature,
                         max_tokens=max_tokens, style=_style(backend))
     history = []
+    rep.begin(steps, 0, unit="step")
     for step in range(steps):
         chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
         prompts = [seed_prompt(problems[i], seeds[i], m, _style(backend), naming.entry_name(backend)) for i in chosen]
+        rep.phase(f"step {step + 1}: generating {len(prompts) * group} completions", log=False)
         groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                                  seed=seed * 100_003 + step))
+        rep.phase(f"step {step + 1}: scoring answers in the sandbox", log=False)
         mats, gids, comps = [], [], []
         for gi, (i, comps_i) in enumerate(zip(chosen, groups)):
             d = max(1, len(seeds[i].vector))
@@ -90,14 +98,42 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         if prober is not None and step == 0:
             stats.update(prober.run(backend, pool, "_before"))
         if samples:
+            rep.phase(f"step {step + 1}: updating the policy on {len(samples)} completions", log=False)
             stats.update(trainer.step(samples))
         backend.set_policy_version(step + 1)
         if prober is not None and (step + 1) % probe_every == 0:
             stats.update(prober.run(backend, pool))
         history.append(stats)
         log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
+        rep.update(step + 1, **training_fields(stats))
+    rep.end()
+    if out is not None:
+        rep.phase(f"saving the model to {out}")
     _save(backend, model, lora, out, history)
     return history
+
+
+def trend(values: list[float], name: str = "mean set reward") -> str:
+    """Whether a per-step number moved, said with its noise: the least-squares slope per step with its 95% t
+    interval (the verdict: rose / fell only when the interval excludes 0), beside the first and last quarter's
+    means and standard deviations. One step's number comes from a few problems and is noisy; first -> last alone
+    reads that noise as a trend."""
+    from .arms import t95
+
+    y = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    n = y.size
+    if n < 4:
+        return f"{name}: {', '.join(f'{v:.3f}' for v in y)} ({n} steps: too few to tell a trend from noise)"
+    w = max(2, n // 4)
+    x = np.arange(n, dtype=float)
+    slope, icpt = np.polyfit(x, y, 1)
+    resid = y - (slope * x + icpt)
+    half = t95(n - 2) * float(np.sqrt(resid @ resid / (n - 2) / ((x - x.mean()) @ (x - x.mean()))))
+    lo, hi = slope - half, slope + half
+    verdict = "within the step-to-step noise" if lo <= 0 <= hi else "rose" if lo > 0 else "fell"
+    return (f"{name} over {n} steps: first {w} steps {y[:w].mean():.3f} (sd {y[:w].std(ddof=1):.3f}), last {w} "
+            f"{y[-w:].mean():.3f} (sd {y[-w:].std(ddof=1):.3f}); trend {slope:+.4f}/step, 95% CI [{lo:+.4f}, "
+            f"{hi:+.4f}]: {verdict}")
 
 
 def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict[str, Any]]) -> None:
@@ -118,7 +154,8 @@ def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict
 
 
 def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, *, steps: int, m: int, group: int,
-                batch: int, seed: int, temperature: float = 1.0, covrl=None, log=print) -> list[dict[str, Any]]:
+                batch: int, seed: int, temperature: float = 1.0, covrl=None, log=print,
+                reporter=None) -> list[dict[str, Any]]:
     """CoVRL on problems with reference solutions (``reference_code``: built-in PBE, MBPP/HumanEval imports):
     each step, ``batch`` problems' seed prompts, ``group`` hybrid trajectories each, one CoVRLUpdater step.
     Problems without a reference are skipped, and their count is logged; none at all is a one-line error.
@@ -136,11 +173,15 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
                          "selected has one")
     if missing:
         log(json.dumps({"covrl_references_missing": missing, "problems": len(problems)}))
+    rep = as_reporter(reporter)
+    rep.phase(f"evaluating {len(with_ref)} seed programs")
     seeds = pool.evaluate_many([(p, p.seed_code) for p in with_ref])
     updater = CoVRLUpdater(trainer, covrl or CoVRLConfig())
     rng = np.random.default_rng(seed)
     history = []
+    rep.begin(steps, 0, unit="step")
     for step in range(steps):
+        rep.phase(f"step {step + 1}: sampling and updating", log=False)
         chosen = rng.choice(len(with_ref), size=min(batch, len(with_ref)), replace=False)
         items = [(seed_prompt(with_ref[i], seeds[i], m, _style(backend)), answer_text(with_ref[i].reference_code), k)
                  for k, i in enumerate(chosen)]
@@ -151,6 +192,8 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
         backend.set_policy_version(step + 1)
         history.append(stats)
         log(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in stats.items()}))
+        rep.update(step + 1, **training_fields(stats))
+    rep.end()
     return history
 
 
@@ -162,17 +205,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m: int = 4, n: int | None = None,
-                      max_tokens: int = 384, temperature: float = 1.0, seed: int = 0) -> dict[str, Any]:
+                      max_tokens: int = 384, temperature: float = 1.0, seed: int = 0, reporter=None
+                      ) -> dict[str, Any]:
     """Budget n ≥ k candidates per problem (n defaults to 2k): ceil(n / m) completions of m answers.
     Missing or unparseable answers still spend their budget slot (they score 0)."""
+    rep = as_reporter(reporter)
     n = n or 2 * k
+    rep.phase(f"evaluating {len(problems)} seed programs")
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     per: list[dict[str, Any]] = []
     prompts = [seed_prompt(p, s, m, _style(backend), naming.entry_name(backend)) for p, s in zip(problems, seeds)]
     n_comp = math.ceil(n / m)
+    rep.phase(f"generating {n_comp} completions for each of {len(problems)} problems")
     groups = backend.generate(prompts, n_comp, SamplingParams(temperature=temperature, max_tokens=max_tokens,
                                                               seed=seed))
     parsed = total = 0
+    rep.begin(len(problems), 0, unit="problem")
+    rep.phase("scoring answers in the sandbox")
     for p, s, comps in zip(problems, seeds, groups):
         d = max(1, len(s.vector))
         texts = [c.text for c in comps]
@@ -191,6 +240,8 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
                     "diversity": reward_diversity([rows]),
                     "pass_curve": [pass_at_k(n, c, j) for j in range(1, k + 1)],
                     "best_curve": [_best_at_k(full, j) for j in range(1, k + 1)]})
+        rep.update(len(per), solved=f"{sum(r['solved'] > 0 for r in per)}/{len(per)}")
+    rep.end()
     return {"problems": per, f"pass@{k}": float(np.mean([r[f"pass@{k}"] for r in per])),
             "pass@1": float(np.mean([r["pass@1"] for r in per])),
             f"best@{k}": float(np.mean([r[f"best@{k}"] for r in per])),

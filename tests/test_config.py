@@ -169,7 +169,7 @@ def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
     from evolve import cli
 
     seen = []
-    monkeypatch.setattr(evolve.runner, "start", lambda cfg, progress: seen.append(cfg) or (Path("x"), None))
+    monkeypatch.setattr(evolve.runner, "start", lambda cfg, progress: seen.append(cfg) or (Path("x"), {}))
     monkeypatch.setattr(cli, "_print_summary", lambda *a: None)
     cli.cmd_run(cli.build_parser("run").parse_args(["run", "--suite", "pbe", *argv]))
     t = seen[0].train

@@ -117,6 +117,7 @@ def test_estimator_is_a_training_algorithm_everywhere(registered, tmp_path, caps
                    str(tmp_path / "m")])
     assert rc == 0, capsys.readouterr().err
     assert estimated == [2]  # one step, one problem, G = 2 completions
+    capsys.readouterr()  # train's progress lines (stderr is no terminal here)
     # the run config accepts it too, and a backend that cannot train gets a one-line error, not a traceback
     rc = cli.main(["run", "--problem", pid, "--proposer", "echo", "--train", "flat", "--iterations", "1",
                    "--out", str(tmp_path / "r"), "--quiet"])

@@ -89,6 +89,7 @@ def test_import_gives_unique_ids_from_relative_paths_and_says_why_folders_are_sk
     out = tmp_path / "out"
     r = vevo("problems", "import", "openevolve", str(src), "--out", str(out))
     assert "imported 3 openevolve problems" in r.stdout, r.stdout
+    assert "problem 3/3" in r.stderr, r.stderr  # progress (plain: stderr is no terminal here)
     assert "skipped" in r.stdout + r.stderr and "initial_program.r" in r.stdout + r.stderr, (r.stdout, r.stderr)
     ids = [json.loads(x)["id"] for x in vevo("problems", "list", "--problems-dir", str(out), "--suite", "openevolve",
                                              "--json").stdout.splitlines()]

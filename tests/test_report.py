@@ -57,7 +57,8 @@ def runs(tmp_path_factory):
     vevo("run", *TINY, "--problems-dir", str(root / "problems"), "--problem", "evil/escape", "--train", "none",
          "--out", str(b))
     r = vevo("report", f"vpo={a}", str(b), "--out", str(out))
-    assert r.stdout.strip() == f"wrote {out / 'index.html'}"
+    *diffs, last = r.stdout.strip().splitlines()  # the differences between arms (one run each: no CI), then
+    assert last == f"wrote {out / 'index.html'}" and len(diffs) == 3 and all("no CI" in d for d in diffs)
     return {"vpo": a, "none": b, "out": out, "html": (out / "index.html").read_text(encoding="utf-8")}
 
 

@@ -34,9 +34,12 @@ def test_train_then_eval_cli(tmp_path):
              "--steps", "2", "--group", "2", "--batch", "2", "--max-tokens", "160", "--out", str(out), timeout=600)
     logs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert [x["step"] for x in logs] == [0, 1] and all("mean_set_reward" in x for x in logs)
+    assert "step 1/2" in r.stderr and "step 2/2" in r.stderr and "loading proposer tiny" in r.stderr  # progress
+    assert "{" not in r.stderr and "too few to tell a trend" in r.stdout  # 2 steps: no trend claimed
     assert (out / "config.json").is_file() and (out / "train_log.jsonl").is_file()
     r = vevo("eval", "--proposer", f"hf:{out}", "--problem", "pbe/int-0", "--k", "2", "--n", "4", "--json",
              "--max-tokens", "160", timeout=600)
     res = json.loads(r.stdout)
+    assert "problem 1/1" in r.stderr  # progress on stderr, stdout is the JSON alone
     assert {"pass@2", "pass@1", "best@2", "diversity", "parse_rate"} <= set(res)
     assert 0 <= res["pass@1"] <= res["pass@2"] <= 1 and res["problems"][0]["n"] == 4

@@ -278,15 +278,22 @@ def _open_run(run_dir: str):
 def cmd_runs_show(args) -> int:
     from .campaign import summarize
 
+    from .portfolio_stats import member_stats
+
     with _open_run(args.run_dir) as a:
         s = summarize(a)
         s["training_steps"] = len(a.training_rows())
+        s["proposers"] = member_stats(a)
     if args.json:
         print(json.dumps(s))
     else:
         _print_summary(Path(args.run_dir), s)
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
+        for name, m in s["proposers"].items():
+            print(f"  proposer {printable(name, False)}: {m['iterations']} iterations, {m['programs']} programs, "
+                  f"{m['improvements']} improvements ({m['improvement_rate']:.2f}/100 proposals), "
+                  f"solved first {m['solved_first']}, {m['tokens']} tokens, {m['gen_seconds']:.1f}s generating")
     if getattr(args, "code", False):
         with _open_run(args.run_dir) as a:
             for pid, b in sorted(s["best"].items()):
@@ -303,7 +310,7 @@ def cmd_export(args) -> int:
         rows = a.export_rows()
     for r in rows:
         r["vector"] = json.dumps(r["vector"])
-    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash"]
+    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash", "proposer"]
     if args.format == "csv":
         with open(args.out, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=cols)

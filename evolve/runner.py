@@ -34,10 +34,11 @@ def resolve_problems(cfg: CampaignConfig):
     return probs
 
 
-def backend_kwargs(cfg: CampaignConfig) -> dict:
+def backend_kwargs(cfg: CampaignConfig, spec: str | None = None) -> dict:
     """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU, vllm-ray's
-    replicas and Ray cluster)."""
-    kind = "hf" if cfg.proposer == "tiny" else cfg.proposer.partition(":")[0]
+    replicas and Ray cluster); ``spec``: a portfolio member's (default: the run's proposer)."""
+    spec = cfg.proposer if spec is None else spec
+    kind = "hf" if spec == "tiny" else spec.partition(":")[0]
     kw: dict = {}
     if kind in ("hf", "vllm", "vllm-ray", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
         kw["chat"] = cfg.sampling.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
@@ -68,11 +69,17 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
         evaluator = make_executor(cfg, hide)
+    members = None
     if backend is None:
         from proposer.backends import make_backend
 
         try:
-            backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
+            if cfg.proposers:
+                from .members import build_members
+
+                backend, members = build_members(cfg, lambda spec: make_backend(spec, **backend_kwargs(cfg, spec)))
+            else:
+                backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
         except BaseException:
             if own_pool:
                 evaluator.close()
@@ -81,8 +88,10 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool, backend=No
     if cfg.train.algo != "none":
         from .campaign_training import CampaignTrainer
 
-        on_iteration = CampaignTrainer(cfg, run_dir, backend)
-    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration)
+        trained = next((m.name for m in cfg.proposers if m.train), None)
+        on_iteration = CampaignTrainer(cfg, run_dir, backend, member=trained)
+    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=progress, on_iteration=on_iteration,
+                    members=members)
     camp._own_pool = own_pool  # type: ignore[attr-defined]
     return camp
 
@@ -94,6 +103,9 @@ def _finish(camp: Campaign) -> dict:
         camp.close()
         if hasattr(camp.backend, "close"):  # before the evaluator: a ray executor's close ends the Ray cluster
             camp.backend.close()              # that vllm-ray engines may share, and they shut down cleanly first
+        from .members import close_members
+
+        close_members(camp.backend, [m for m in camp.members.values()])
         if getattr(camp, "_own_pool", False):
             camp.evaluator.close()  # type: ignore[attr-defined]
 

@@ -1,0 +1,225 @@
+"""Proposer portfolios: which member proposes iteration t, as a registered pure function of the committed history.
+
+A campaign's ``proposers:`` are arms. Before iteration t is prepared, the policy named by ``portfolio.policy``
+(``CHOICES``) picks one from a `History`: the arms chosen and the rewards observed for the iterations committed
+through t-D-1 (D = ``pipeline_depth``; the same rule that fixes t's parent), and an RNG seeded by (seed, t). So
+the choice is a pure function of the seed and the committed history: a kill -9 + resume rebuilds the history from
+the archive's ``portfolio`` table and chooses again exactly what the uninterrupted run chose.
+
+Reward of a batch (`batch_reward`): the best improvement any of its new programs brings over its parent,
+
+    r(child) = max( max(0, s_child - max(s_parent, s_baseline)),  n_new / d )
+
+with s the scalar score, s_baseline the problem's seed program, and n_new the number of the d tests on which
+the child scores higher than the parent (per-test aware: a child that solves tests its parent fails counts even
+when its mean is not higher). Failed candidates (format errors, crashes, timeouts) and duplicates score 0; so
+does a batch with no new program. r is in [0, 1] for pass/fail tests.
+
+Scale: ucb and thompson divide every reward by the largest reward seen so far (all arms), so their constants do
+not depend on the problem's units (a batch that passes 2 more tests of 200 earns 0.01 before that).
+
+Decay: the bandits weigh the observation of iteration s by ``decay ** (c - s)``, c = t-D-1 the newest iteration
+the choice may see, so an arm's estimate follows a policy that training changes (``decay: 1`` is the plain
+mean). Costs: each member has a ``cost`` per call (config, default 1, e.g. an API price); ``cost_weight`` λ
+subtracts λ · cost / max cost from the UCB score and from Thompson's draw.
+
+To add a policy: ``fn(history, rng, params) -> arm index`` and ``register_choice(name, fn)`` (or an entry in
+``CHOICES``); ``params`` is the config's ``portfolio`` section.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+RNG_KEY = 0x50F7  # keeps the portfolio's stream apart from every other (seed, t) stream of a run
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One member of the portfolio as the choice sees it (its backend lives in the campaign)."""
+    name: str
+    spec: str = ""
+    train: bool = False
+    weight: float = 1.0
+    cost: float = 1.0
+    temperature: float | None = None  # None: the run's sampling.temperature
+    answers: int | None = None        # None: the run's answers (m)
+
+
+@dataclass
+class History:
+    """What a choice policy may read for iteration ``t``: the arms, and for each iteration committed through
+    ``cutoff`` (= t-D-1) the arm that proposed it and the reward it brought, in iteration order."""
+    t: int
+    cutoff: int
+    arms: Sequence[Arm]
+    iterations: np.ndarray  # int, increasing
+    chosen: np.ndarray      # int, arm index per iteration
+    rewards: np.ndarray     # float, per iteration
+    seed: int = 0
+
+    def decayed(self, decay: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per arm: (decayed number of pulls, decayed sum of rewards ÷ the largest reward seen so far), weights
+        decay ** (cutoff - s). Dividing by the largest reward makes the bandits scale-free: one more passed test
+        of 200 and a solved problem are both "the best seen" when nothing better was seen."""
+        k = len(self.arms)
+        if not self.chosen.size:
+            return np.zeros(k), np.zeros(k)
+        w = np.power(float(decay), (self.cutoff - self.iterations).astype(float)) if decay != 1 else \
+            np.ones(self.chosen.size)
+        top = float(self.rewards.max())
+        r = self.rewards / top if top > 0 else self.rewards
+        return np.bincount(self.chosen, weights=w, minlength=k), np.bincount(self.chosen, weights=w * r, minlength=k)
+
+    def pulls(self) -> np.ndarray:
+        return np.bincount(self.chosen, minlength=len(self.arms)) if self.chosen.size else np.zeros(len(self.arms), int)
+
+
+Choice = Callable[[History, np.random.Generator, Any], int]
+
+
+def fixed(h: History, rng: np.random.Generator, params: Any) -> int:
+    """Each iteration an arm drawn with probability proportional to its ``weight``."""
+    w = np.array([a.weight for a in h.arms], dtype=float)
+    return int(rng.choice(len(w), p=w / w.sum()))
+
+
+def round_robin(h: History, rng: np.random.Generator, params: Any) -> int:
+    """Arms in turn, in shuffled rounds: round r = (t-1) // k gives each of the k arms one iteration, in an order
+    drawn from (seed, r). Each arm gets an equal share whatever the rewards; the shuffle keeps the turns from
+    locking onto the campaign's own cycle over problems × islands (with a plain (t-1) mod k and an even number of
+    islands, one member would propose on every island 0 and the other on every island 1)."""
+    k = len(h.arms)
+    r, pos = divmod(h.t - 1, k)
+    return int(np.random.default_rng([h.seed, r, RNG_KEY, 1]).permutation(k)[pos])
+
+
+def _cost_penalty(h: History, params: Any) -> np.ndarray:
+    lam = float(getattr(params, "cost_weight", 0.0) or 0.0)
+    costs = np.array([a.cost for a in h.arms], dtype=float)
+    return lam * costs / costs.max() if lam and costs.max() > 0 else np.zeros(len(h.arms))
+
+
+def _spread(best: int, k: int, eps: float, rng: np.random.Generator) -> int:
+    """ε spread: the best arm with probability 1-ε, each other arm with ε/(k-1)."""
+    if k == 1 or eps <= 0:
+        return best
+    p = np.full(k, eps / (k - 1))
+    p[best] = 1.0 - eps
+    return int(rng.choice(k, p=p))
+
+
+def ucb(h: History, rng: np.random.Generator, params: Any) -> int:
+    """Asymmetric UCB (ShinkaEvolve's LLM bandit): untried arms first, in member order; then the arm with the
+    highest decayed mean reward + c · sqrt(2 ln N / n_a) - λ · cost, spread by ε. The asymmetry is in the
+    reward (`batch_reward`): only gains over max(parent, baseline) count, losses are 0."""
+    untried = np.flatnonzero(h.pulls() == 0)
+    if untried.size:
+        return int(untried[0])
+    n, s = h.decayed(params.decay)
+    n = np.maximum(n, 1e-12)
+    score = s / n + params.ucb_c * np.sqrt(2.0 * math.log(max(n.sum(), 1.0 + 1e-12)) / n) - _cost_penalty(h, params)
+    return _spread(int(np.argmax(score)), len(h.arms), params.epsilon, rng)
+
+
+def thompson(h: History, rng: np.random.Generator, params: Any) -> int:
+    """Thompson sampling on Beta(1 + S_a, 1 + n_a - S_a) with the decayed sums (rewards are in [0, 1], so a
+    reward is a fractional success); the highest draw minus λ · cost wins."""
+    n, s = h.decayed(params.decay)
+    s = np.clip(s, 0.0, n)
+    draw = rng.beta(1.0 + s, 1.0 + n - s) - _cost_penalty(h, params)
+    return int(np.argmax(draw))
+
+
+CHOICES: dict[str, Choice] = {"fixed": fixed, "round_robin": round_robin, "ucb": ucb, "thompson": thompson}
+
+
+def register_choice(name: str, fn: Choice) -> None:
+    """Make ``portfolio.policy: NAME`` (and ``--portfolio NAME``) choose with ``fn``."""
+    CHOICES[name] = fn
+
+
+# ---------------------------------------------------------------------------------------------- rewards
+def improvement(parent_vec: Sequence[float], parent_scalar: float, baseline: float,
+                child_vec: Sequence[float], child_scalar: float) -> float:
+    """One child's reward: see the module docstring."""
+    gain = max(0.0, float(child_scalar) - max(float(parent_scalar), float(baseline)))
+    d = min(len(parent_vec), len(child_vec))
+    pv, cv = np.asarray(parent_vec, dtype=float)[:d], np.asarray(child_vec, dtype=float)[:d]
+    new = int(np.count_nonzero(np.nan_to_num(cv, nan=0.0) > np.nan_to_num(pv, nan=0.0))) if d else 0
+    return max(gain, new / max(len(parent_vec), 1))
+
+
+OK_STATUSES = ("ok", "wrong")  # the child ran; every other status is a failure and earns 0
+
+
+def batch_reward(parent_vec: Sequence[float], parent_scalar: float, baseline: float,
+                 children: Sequence[tuple[Sequence[float], float, str]]) -> float:
+    """The best `improvement` among a batch's new programs ((vector, scalar, status) each); 0 without one."""
+    return max((improvement(parent_vec, parent_scalar, baseline, v, s)
+                for v, s, st in children if st in OK_STATUSES), default=0.0)
+
+
+# ---------------------------------------------------------------------------------------------- state
+@dataclass
+class Portfolio:
+    """The arms, the choice policy and the committed history (arm, reward per iteration), in commit order."""
+    arms: list[Arm]
+    params: Any                      # the config's portfolio section (policy, ucb_c, decay, epsilon, cost_weight)
+    seed: int
+    depth: int                       # pipeline_depth: t is chosen from iterations <= t - depth - 1
+    _its: list[int] = field(default_factory=list)
+    _chosen: list[int] = field(default_factory=list)
+    _rewards: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.index = {a.name: i for i, a in enumerate(self.arms)}
+        self.fn = CHOICES[self.params.policy]
+
+    @property
+    def single(self) -> bool:
+        return len(self.arms) == 1
+
+    def history(self, t: int) -> History:
+        cutoff = t - max(self.depth, 0) - 1
+        n = len(self._its)
+        while n and self._its[n - 1] > cutoff:  # only an iteration committed beyond the rule (a resumed depth)
+            n -= 1
+        return History(t, cutoff, self.arms, np.asarray(self._its[:n], dtype=np.int64),
+                       np.asarray(self._chosen[:n], dtype=np.int64), np.asarray(self._rewards[:n], dtype=float),
+                       self.seed)
+
+    def choose(self, t: int) -> Arm:
+        if self.single:  # no RNG drawn: a one-member run is the run it was before portfolios
+            return self.arms[0]
+        i = self.fn(self.history(t), np.random.default_rng([self.seed, t, RNG_KEY]), self.params)
+        if not 0 <= int(i) < len(self.arms):
+            raise ValueError(f"portfolio policy {self.params.policy!r} chose arm {i} of {len(self.arms)}")
+        return self.arms[int(i)]
+
+    def observe(self, t: int, name: str, reward: float) -> None:
+        if self._its and t <= self._its[-1]:
+            raise ValueError(f"portfolio: iteration {t} observed after {self._its[-1]}")
+        self._its.append(int(t))
+        self._chosen.append(self.index[name])
+        self._rewards.append(float(reward))
+
+    def restore(self, rows: Sequence[tuple[int, str, float]], through: int) -> None:
+        """The history from archive rows (iteration, member, reward) committed through ``through``."""
+        self._its, self._chosen, self._rewards = [], [], []
+        for it, name, r in sorted(rows):
+            if it <= through and name in self.index:
+                self.observe(it, name, r)
+
+    def state(self, t: int) -> dict[str, Any]:
+        """The bandit's view after committing t (stored per iteration): per arm decayed pulls and mean reward."""
+        if self.single:
+            return {}
+        h = History(t + self.depth + 1, t, self.arms, np.asarray(self._its, dtype=np.int64),
+                    np.asarray(self._chosen, dtype=np.int64), np.asarray(self._rewards, dtype=float))
+        n, s = h.decayed(getattr(self.params, "decay", 1.0))
+        return {a.name: {"n": round(float(n[i]), 6), "mean": round(float(s[i] / n[i]), 6) if n[i] > 0 else None}
+                for i, a in enumerate(self.arms)}

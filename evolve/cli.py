@@ -356,6 +356,8 @@ def cmd_curves(args) -> int:
 
     runs = _labelled_runs(args.runs, args.label)
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
+    if args.by == "proposer":
+        dbs = curves.split_by_proposer(dbs)
     rows = curves.curve_table(dbs, args.x)
     out = args.out or str(Path(next(iter(runs.values()))[0]) / "curves.png")
     curves.plot(dbs, args.x, out, band=args.band)
@@ -536,6 +538,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--csv", action="store_true")
     p.add_argument("--band", choices=["minmax", "ci95"], default="minmax",
                    help="band around a label's mean when it has several runs (seeds)")
+    p.add_argument("--by", choices=["run", "proposer"], default="run",
+                   help="proposer: one curve per portfolio member (its own programs, on the campaign's iterations)")
     p.set_defaults(fn=cmd_curves)
     p = sub.add_parser("report", help="static HTML page: curves, per-problem table, training diagnostics")
     p.add_argument("runs", nargs="*", metavar="RUN", help="run folder, or NAME=RUN; runs sharing a name are averaged")

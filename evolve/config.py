@@ -187,7 +187,7 @@ def nest(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
     out: dict[str, Any] = {}
     moved: dict[tuple[str, str], str] = {}
     for k, v in data.items():
-        if k in SECTIONS and isinstance(v, StrictModel):  # already a section (validated assignment, copies)
+        if k in SECTIONS and isinstance(v, BaseModel):  # already a section (validated assignment, copies)
             out[k] = v
         elif k in SECTIONS and isinstance(v, dict):
             out.setdefault(k, {})

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -60,12 +61,15 @@ class History:
     chosen: np.ndarray      # int, arm index per iteration
     rewards: np.ndarray     # float, per iteration
     seed: int = 0
+    sums: "Sums | None" = None  # the same decayed sums kept up to date by `Portfolio` (equal to computing them)
 
     def decayed(self, decay: float) -> tuple[np.ndarray, np.ndarray]:
         """Per arm: (decayed number of pulls, decayed sum of rewards ÷ the largest reward seen so far), weights
         decay ** (cutoff - s). Dividing by the largest reward makes the bandits scale-free: one more passed test
         of 200 and a solved problem are both "the best seen" when nothing better was seen."""
         k = len(self.arms)
+        if self.sums is not None and self.sums.decay == decay and self.sums.n_seen == self.chosen.size:
+            return self.sums.at(self.cutoff)
         if not self.chosen.size:
             return np.zeros(k), np.zeros(k)
         w = np.power(float(decay), (self.cutoff - self.iterations).astype(float)) if decay != 1 else \
@@ -75,6 +79,8 @@ class History:
         return np.bincount(self.chosen, weights=w, minlength=k), np.bincount(self.chosen, weights=w * r, minlength=k)
 
     def pulls(self) -> np.ndarray:
+        if self.sums is not None and self.sums.n_seen == self.chosen.size:
+            return self.sums.pulls
         return np.bincount(self.chosen, minlength=len(self.arms)) if self.chosen.size else np.zeros(len(self.arms), int)
 
 
@@ -87,6 +93,11 @@ def fixed(h: History, rng: np.random.Generator, params: Any) -> int:
     return int(rng.choice(len(w), p=w / w.sum()))
 
 
+@lru_cache(maxsize=64)
+def _round_order(seed: int, r: int, k: int) -> tuple[int, ...]:
+    return tuple(int(x) for x in np.random.default_rng([seed, r, RNG_KEY, 1]).permutation(k))
+
+
 def round_robin(h: History, rng: np.random.Generator, params: Any) -> int:
     """Arms in turn, in shuffled rounds: round r = (t-1) // k gives each of the k arms one iteration, in an order
     drawn from (seed, r). Each arm gets an equal share whatever the rewards; the shuffle keeps the turns from
@@ -94,35 +105,38 @@ def round_robin(h: History, rng: np.random.Generator, params: Any) -> int:
     islands, one member would propose on every island 0 and the other on every island 1)."""
     k = len(h.arms)
     r, pos = divmod(h.t - 1, k)
-    return int(np.random.default_rng([h.seed, r, RNG_KEY, 1]).permutation(k)[pos])
+    return _round_order(h.seed, r, k)[pos]
 
 
-def _cost_penalty(h: History, params: Any) -> np.ndarray:
+def _cost_penalty(h: History, params: Any) -> list[float]:
     lam = float(getattr(params, "cost_weight", 0.0) or 0.0)
-    costs = np.array([a.cost for a in h.arms], dtype=float)
-    return lam * costs / costs.max() if lam and costs.max() > 0 else np.zeros(len(h.arms))
+    top = max(a.cost for a in h.arms)
+    return [lam * a.cost / top if lam and top > 0 else 0.0 for a in h.arms]
 
 
 def _spread(best: int, k: int, eps: float, rng: np.random.Generator) -> int:
     """ε spread: the best arm with probability 1-ε, each other arm with ε/(k-1)."""
     if k == 1 or eps <= 0:
         return best
-    p = np.full(k, eps / (k - 1))
-    p[best] = 1.0 - eps
-    return int(rng.choice(k, p=p))
+    u = float(rng.random())
+    if u < 1.0 - eps:
+        return best
+    other = min(int((u - (1.0 - eps)) / eps * (k - 1)), k - 2)  # uniform over the k-1 others
+    return other + (other >= best)
 
 
 def ucb(h: History, rng: np.random.Generator, params: Any) -> int:
     """Asymmetric UCB (ShinkaEvolve's LLM bandit): untried arms first, in member order; then the arm with the
     highest decayed mean reward + c · sqrt(2 ln N / n_a) - λ · cost, spread by ε. The asymmetry is in the
     reward (`batch_reward`): only gains over max(parent, baseline) count, losses are 0."""
-    untried = np.flatnonzero(h.pulls() == 0)
-    if untried.size:
-        return int(untried[0])
-    n, s = h.decayed(params.decay)
-    n = np.maximum(n, 1e-12)
-    score = s / n + params.ucb_c * np.sqrt(2.0 * math.log(max(n.sum(), 1.0 + 1e-12)) / n) - _cost_penalty(h, params)
-    return _spread(int(np.argmax(score)), len(h.arms), params.epsilon, rng)
+    pulls = h.pulls().tolist()
+    if 0 in pulls:
+        return pulls.index(0)
+    n, s = (x.tolist() for x in h.decayed(params.decay))  # a handful of arms: plain floats are quicker
+    log_n = math.log(max(sum(n), 1.0 + 1e-12))
+    score = [si / max(ni, 1e-12) + params.ucb_c * math.sqrt(2.0 * log_n / max(ni, 1e-12)) - ci
+             for ni, si, ci in zip(n, s, _cost_penalty(h, params))]
+    return _spread(score.index(max(score)), len(h.arms), params.epsilon, rng)
 
 
 def thompson(h: History, rng: np.random.Generator, params: Any) -> int:
@@ -130,7 +144,7 @@ def thompson(h: History, rng: np.random.Generator, params: Any) -> int:
     reward is a fractional success); the highest draw minus λ · cost wins."""
     n, s = h.decayed(params.decay)
     s = np.clip(s, 0.0, n)
-    draw = rng.beta(1.0 + s, 1.0 + n - s) - _cost_penalty(h, params)
+    draw = rng.beta(1.0 + s, 1.0 + n - s) - np.asarray(_cost_penalty(h, params))
     return int(np.argmax(draw))
 
 
@@ -146,11 +160,7 @@ def register_choice(name: str, fn: Choice) -> None:
 def improvement(parent_vec: Sequence[float], parent_scalar: float, baseline: float,
                 child_vec: Sequence[float], child_scalar: float) -> float:
     """One child's reward: see the module docstring."""
-    gain = max(0.0, float(child_scalar) - max(float(parent_scalar), float(baseline)))
-    d = min(len(parent_vec), len(child_vec))
-    pv, cv = np.asarray(parent_vec, dtype=float)[:d], np.asarray(child_vec, dtype=float)[:d]
-    new = int(np.count_nonzero(np.nan_to_num(cv, nan=0.0) > np.nan_to_num(pv, nan=0.0))) if d else 0
-    return max(gain, new / max(len(parent_vec), 1))
+    return batch_reward(parent_vec, parent_scalar, baseline, [(child_vec, child_scalar, "ok")])
 
 
 OK_STATUSES = ("ok", "wrong")  # the child ran; every other status is a failure and earns 0
@@ -158,9 +168,58 @@ OK_STATUSES = ("ok", "wrong")  # the child ran; every other status is a failure 
 
 def batch_reward(parent_vec: Sequence[float], parent_scalar: float, baseline: float,
                  children: Sequence[tuple[Sequence[float], float, str]]) -> float:
-    """The best `improvement` among a batch's new programs ((vector, scalar, status) each); 0 without one."""
-    return max((improvement(parent_vec, parent_scalar, baseline, v, s)
-                for v, s, st in children if st in OK_STATUSES), default=0.0)
+    """The best `improvement` among a batch's new programs ((vector, scalar, status) each); 0 without one.
+    Children whose vector is shorter or longer than the parent's are compared on the tests both have (a plain loop:
+    a batch is a few vectors, quicker than building arrays)."""
+    ok = [(v, s) for v, s, st in children if st in OK_STATUSES]
+    if not ok:
+        return 0.0
+    floor = max(float(parent_scalar), float(baseline))
+    best = max(0.0, max(float(s) for _, s in ok) - floor)
+    pv = parent_vec.tolist() if isinstance(parent_vec, np.ndarray) else [float(x) for x in parent_vec]
+    if not pv:
+        return best
+    new = max(sum(c > p for c, p in zip(v, pv)) for v, _ in ok)  # a NaN never counts as passed
+    return max(best, new / len(pv))
+
+
+class _LazyGenerator:
+    """A numpy Generator (Philox with this key) built on the first attribute access."""
+
+    __slots__ = ("_key", "_gen")
+
+    def __init__(self, key: int):
+        self._key, self._gen = key, None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._gen is None:
+            self._gen = np.random.Generator(np.random.Philox(key=self._key))
+        return getattr(self._gen, name)
+
+
+class Sums:
+    """Decayed pulls and reward sums per arm, kept up to date one observation at a time (what `History.decayed`
+    computes from the whole history, in O(arms) per iteration): weights decay ** (last - s), then rescaled to a
+    later cutoff. A resumed run replays the same observations, so it holds the same floats."""
+
+    def __init__(self, k: int, decay: float):
+        self.decay, self.k = float(decay), k
+        self.n, self.s, self.pulls = np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64)
+        self.last, self.top, self.n_seen = 0, 0.0, 0
+
+    def add(self, t: int, arm: int, reward: float) -> None:
+        if self.n_seen and self.decay != 1:
+            f = self.decay ** (t - self.last)
+            self.n *= f
+            self.s *= f
+        self.n[arm] += 1.0
+        self.s[arm] += reward
+        self.pulls[arm] += 1
+        self.last, self.top, self.n_seen = t, max(self.top, reward), self.n_seen + 1
+
+    def at(self, cutoff: int) -> tuple[np.ndarray, np.ndarray]:
+        f = self.decay ** (cutoff - self.last) if self.n_seen and self.decay != 1 else 1.0
+        return self.n * f, (self.s / self.top if self.top > 0 else self.s) * f
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -171,13 +230,17 @@ class Portfolio:
     params: Any                      # the config's portfolio section (policy, ucb_c, decay, epsilon, cost_weight)
     seed: int
     depth: int                       # pipeline_depth: t is chosen from iterations <= t - depth - 1
-    _its: list[int] = field(default_factory=list)
-    _chosen: list[int] = field(default_factory=list)
-    _rewards: list[float] = field(default_factory=list)
-
     def __post_init__(self) -> None:
         self.index = {a.name: i for i, a in enumerate(self.arms)}
         self.fn = CHOICES[self.params.policy]
+        self._reset()
+
+    def _reset(self) -> None:
+        self._n = 0
+        self._its = np.zeros(256, dtype=np.int64)  # grown by doubling; History gets views, never copies
+        self._chosen = np.zeros(256, dtype=np.int64)
+        self._rewards = np.zeros(256)
+        self._sums = Sums(len(self.arms), getattr(self.params, "decay", 1.0))
 
     @property
     def single(self) -> bool:
@@ -185,31 +248,40 @@ class Portfolio:
 
     def history(self, t: int) -> History:
         cutoff = t - max(self.depth, 0) - 1
-        n = len(self._its)
+        n = self._n
         while n and self._its[n - 1] > cutoff:  # only an iteration committed beyond the rule (a resumed depth)
             n -= 1
-        return History(t, cutoff, self.arms, np.asarray(self._its[:n], dtype=np.int64),
-                       np.asarray(self._chosen[:n], dtype=np.int64), np.asarray(self._rewards[:n], dtype=float),
-                       self.seed)
+        return History(t, cutoff, self.arms, self._its[:n], self._chosen[:n], self._rewards[:n], self.seed,
+                       self._sums if n == self._n else None)
 
     def choose(self, t: int) -> Arm:
         if self.single:  # no RNG drawn: a one-member run is the run it was before portfolios
             return self.arms[0]
-        i = self.fn(self.history(t), np.random.default_rng([self.seed, t, RNG_KEY]), self.params)
+        i = self.fn(self.history(t), self.rng(t), self.params)
         if not 0 <= int(i) < len(self.arms):
             raise ValueError(f"portfolio policy {self.params.policy!r} chose arm {i} of {len(self.arms)}")
         return self.arms[int(i)]
 
+    def rng(self, t: int) -> np.random.Generator:
+        """Iteration t's stream: Philox keyed by (seed, t, RNG_KEY), a counter-based generator, so distinct keys
+        are independent streams; made on first use (round_robin never draws)."""
+        return _LazyGenerator(((self.seed % 2**64) << 64) | ((t % 2**48) << 16) | RNG_KEY)  # type: ignore[return-value]
+
     def observe(self, t: int, name: str, reward: float) -> None:
-        if self._its and t <= self._its[-1]:
-            raise ValueError(f"portfolio: iteration {t} observed after {self._its[-1]}")
-        self._its.append(int(t))
-        self._chosen.append(self.index[name])
-        self._rewards.append(float(reward))
+        n = self._n
+        if n and t <= self._its[n - 1]:
+            raise ValueError(f"portfolio: iteration {t} observed after {self._its[n - 1]}")
+        if n == self._its.size:
+            self._its, self._chosen, self._rewards = (np.concatenate([a, np.zeros_like(a)]) for a in
+                                                      (self._its, self._chosen, self._rewards))
+        i = self.index[name]
+        self._its[n], self._chosen[n], self._rewards[n] = t, i, reward
+        self._n = n + 1
+        self._sums.add(int(t), i, float(reward))
 
     def restore(self, rows: Sequence[tuple[int, str, float]], through: int) -> None:
         """The history from archive rows (iteration, member, reward) committed through ``through``."""
-        self._its, self._chosen, self._rewards = [], [], []
+        self._reset()
         for it, name, r in sorted(rows):
             if it <= through and name in self.index:
                 self.observe(it, name, r)
@@ -218,8 +290,6 @@ class Portfolio:
         """The bandit's view after committing t (stored per iteration): per arm decayed pulls and mean reward."""
         if self.single:
             return {}
-        h = History(t + self.depth + 1, t, self.arms, np.asarray(self._its, dtype=np.int64),
-                    np.asarray(self._chosen, dtype=np.int64), np.asarray(self._rewards, dtype=float))
-        n, s = h.decayed(getattr(self.params, "decay", 1.0))
+        n, s = self._sums.at(t)
         return {a.name: {"n": round(float(n[i]), 6), "mean": round(float(s[i] / n[i]), 6) if n[i] > 0 else None}
                 for i, a in enumerate(self.arms)}

@@ -678,7 +678,8 @@ def machine_load() -> str:
 
 def portfolio_overhead(a, tmp: Path, programs: int, depths: list[int], log) -> None:
     """ms/iteration of one proposer and of an N-member ucb portfolio, runs interleaved (1, N, 1, N, ...) so a
-    shared machine's load drifts over both; the median of 4-iteration means after the first 50 iterations."""
+    shared machine's load drifts over both; per run the median of 4-iteration means after the first 50
+    iterations; the ratio of the runs' medians, and of the fastest runs (the least disturbed by other load)."""
     import shutil
 
     print(f"\nportfolio overhead: {programs} programs (8 per iteration), 2 islands, instant proposer + trivial "
@@ -695,7 +696,8 @@ def portfolio_overhead(a, tmp: Path, programs: int, depths: list[int], log) -> N
         one, many = med(res[1]), med(res[a.portfolio])
         print(f"  depth {depth}: 1 proposer {fmt(one, 3)} ms/iteration (runs {', '.join(fmt(x, 3) for x in res[1])}); "
               f"{a.portfolio} members {fmt(many, 3)} ms/iteration (runs "
-              f"{', '.join(fmt(x, 3) for x in res[a.portfolio])}); ratio {many / one:.3f}")
+              f"{', '.join(fmt(x, 3) for x in res[a.portfolio])}); ratio of medians {many / one:.3f}, of the "
+              f"fastest runs {min(res[a.portfolio]) / min(res[1]):.3f}")
     print(f"machine after: {machine_load()}")
 
 

@@ -183,13 +183,34 @@ def batch_reward(parent_vec: Sequence[float], parent_scalar: float, baseline: fl
     return max(best, new / len(pv))
 
 
-class _LazyGenerator:
-    """A numpy Generator (Philox with this key) built on the first attribute access."""
+_MASK = (1 << 64) - 1
 
-    __slots__ = ("_key", "_gen")
+
+def _mix64(z: int) -> int:
+    """splitmix64's output function: a bijection of 64-bit integers that scatters nearby inputs."""
+    z &= _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+class _LazyGenerator:
+    """A numpy Generator (Philox with this key) built on the first attribute access other than ``random()``.
+    ``random()`` with no argument (the one draw ucb makes each iteration) is served without building it: the
+    n-th call returns splitmix64 step n from the 128-bit key folded to 64 bits, as a float in [0, 1). Both are
+    fixed by the key, so as pure as the rest; building a Philox generator cost more than the rest of a choice."""
+
+    __slots__ = ("_key", "_gen", "_state")
 
     def __init__(self, key: int):
         self._key, self._gen = key, None
+        self._state = (_mix64(key >> 64) ^ key) & _MASK
+
+    def random(self, *args: Any, **kw: Any) -> Any:
+        if args or kw:
+            return self.__getattr__("random")(*args, **kw)
+        self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK  # splitmix64 (Steele, Lea & Flood 2014)
+        return (_mix64(self._state) >> 11) * 2.0 ** -53
 
     def __getattr__(self, name: str) -> Any:
         if self._gen is None:
@@ -265,7 +286,8 @@ class Portfolio:
     def rng(self, t: int) -> np.random.Generator:
         """Iteration t's stream: Philox keyed by (seed, t, RNG_KEY), a counter-based generator, so distinct keys
         are independent streams; made on first use (round_robin never draws)."""
-        return _LazyGenerator(((self.seed % 2**64) << 64) | ((t % 2**48) << 16) | RNG_KEY)  # type: ignore[return-value]
+        key = ((self.seed % 2**64) << 64) | ((t % 2**48) << 16) | RNG_KEY
+        return _LazyGenerator(key)  # type: ignore[return-value]
 
     def observe(self, t: int, name: str, reward: float) -> None:
         n = self._n

@@ -281,3 +281,14 @@ def test_archives_before_portfolios_read_and_gain_the_table(tmp_path):
         assert member_stats(a) == {}
     with Archive(db) as a:
         assert a.has_portfolio() and a.portfolio_rows() == []
+
+
+def test_the_iteration_stream_is_fixed_by_seed_and_t_and_uniform():
+    p = Portfolio([Arm("a"), Arm("b")], PARAMS, seed=7, depth=1)
+    assert [p.rng(t).random() for t in range(5)] == [p.rng(t).random() for t in range(5)]
+    assert p.rng(3).random() != Portfolio([Arm("a")], PARAMS, seed=8, depth=1).rng(3).random()
+    u = np.array([p.rng(t).random() for t in range(20000)])
+    assert ((u >= 0) & (u < 1)).all() and abs(u.mean() - 0.5) < 0.01
+    assert (np.histogram(u, bins=10)[0] > 1800).all()
+    g = p.rng(3)
+    assert 0 < g.beta(1.0, 1.0) < 1 and g.choice(3) in (0, 1, 2)  # the rest of numpy's Generator, made on use

@@ -172,6 +172,15 @@ def test_ucb_gives_the_improving_member_most_iterations_and_attribution_is_exact
     assert shown["good"]["iterations"] == later.count("good") + [r.member for r in rows[:10]].count("good")
     assert shown["good"]["improvements"] == shown["good"]["programs"] > 0 and shown["bad"]["improvements"] == 0
     assert shown["good"]["iterations"] + shown["bad"]["iterations"] == 60
+    # curves split by member: each member's own programs on the campaign's iterations
+    vevo("curves", str(run), "--by", "proposer", "--out", str(tmp_path / "c.png"), "--csv")
+    curves = list(csv.DictReader(open(tmp_path / "c.csv")))
+    assert {r["label"] for r in curves} == {"run/good", "run/bad"}
+    assert max(float(r["best_mean"]) for r in curves if r["label"] == "run/bad") == 0.0  # the seed's 0, never better
+    assert max(float(r["best_mean"]) for r in curves if r["label"] == "run/good") > 0.1
+    vevo("report", str(run), "--out", str(tmp_path / "rep"))
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<table id='proposers'>" in page and "<td>good</td>" in page and "<td>bad</td>" in page
 
 
 def test_fixed_weights_are_honoured_within_a_binomial_bound(tmp_path):

@@ -67,9 +67,20 @@ class History:
         """Per arm: (decayed number of pulls, decayed sum of rewards ÷ the largest reward seen so far), weights
         decay ** (cutoff - s). Dividing by the largest reward makes the bandits scale-free: one more passed test
         of 200 and a solved problem are both "the best seen" when nothing better was seen."""
-        k = len(self.arms)
+        if self.sums is not None and self.sums.decay == decay and self.sums.n_seen == self.chosen.size:
+            n, s = self.sums.at(self.cutoff)
+            return np.array(n), np.array(s)
+        return self._decayed(decay)
+
+    def decayed_lists(self, decay: float) -> tuple[list[float], list[float]]:
+        """`decayed` as plain lists (quicker for the handful of arms a policy loops over)."""
         if self.sums is not None and self.sums.decay == decay and self.sums.n_seen == self.chosen.size:
             return self.sums.at(self.cutoff)
+        n, s = self._decayed(decay)
+        return n.tolist(), s.tolist()
+
+    def _decayed(self, decay: float) -> tuple[np.ndarray, np.ndarray]:
+        k = len(self.arms)
         if not self.chosen.size:
             return np.zeros(k), np.zeros(k)
         w = np.power(float(decay), (self.cutoff - self.iterations).astype(float)) if decay != 1 else \
@@ -80,7 +91,7 @@ class History:
 
     def pulls(self) -> np.ndarray:
         if self.sums is not None and self.sums.n_seen == self.chosen.size:
-            return self.sums.pulls
+            return np.array(self.sums.pulls)
         return np.bincount(self.chosen, minlength=len(self.arms)) if self.chosen.size else np.zeros(len(self.arms), int)
 
 
@@ -129,10 +140,10 @@ def ucb(h: History, rng: np.random.Generator, params: Any) -> int:
     """Asymmetric UCB (ShinkaEvolve's LLM bandit): untried arms first, in member order; then the arm with the
     highest decayed mean reward + c · sqrt(2 ln N / n_a) - λ · cost, spread by ε. The asymmetry is in the
     reward (`batch_reward`): only gains over max(parent, baseline) count, losses are 0."""
-    pulls = h.pulls().tolist()
+    pulls = h.sums.pulls if h.sums is not None and h.sums.n_seen == h.chosen.size else h.pulls().tolist()
     if 0 in pulls:
         return pulls.index(0)
-    n, s = (x.tolist() for x in h.decayed(params.decay))  # a handful of arms: plain floats are quicker
+    n, s = h.decayed_lists(params.decay)  # a handful of arms: plain floats are quicker
     log_n = math.log(max(sum(n), 1.0 + 1e-12))
     score = [si / max(ni, 1e-12) + params.ucb_c * math.sqrt(2.0 * log_n / max(ni, 1e-12)) - ci
              for ni, si, ci in zip(n, s, _cost_penalty(h, params))]
@@ -225,22 +236,23 @@ class Sums:
 
     def __init__(self, k: int, decay: float):
         self.decay, self.k = float(decay), k
-        self.n, self.s, self.pulls = np.zeros(k), np.zeros(k), np.zeros(k, dtype=np.int64)
+        self.n, self.s, self.pulls = [0.0] * k, [0.0] * k, [0] * k  # lists: a handful of arms
         self.last, self.top, self.n_seen = 0, 0.0, 0
 
     def add(self, t: int, arm: int, reward: float) -> None:
         if self.n_seen and self.decay != 1:
             f = self.decay ** (t - self.last)
-            self.n *= f
-            self.s *= f
+            self.n = [x * f for x in self.n]
+            self.s = [x * f for x in self.s]
         self.n[arm] += 1.0
         self.s[arm] += reward
         self.pulls[arm] += 1
         self.last, self.top, self.n_seen = t, max(self.top, reward), self.n_seen + 1
 
-    def at(self, cutoff: int) -> tuple[np.ndarray, np.ndarray]:
+    def at(self, cutoff: int) -> tuple[list[float], list[float]]:
         f = self.decay ** (cutoff - self.last) if self.n_seen and self.decay != 1 else 1.0
-        return self.n * f, (self.s / self.top if self.top > 0 else self.s) * f
+        g = f / self.top if self.top > 0 else f
+        return [x * f for x in self.n], [x * g for x in self.s]
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -309,9 +321,10 @@ class Portfolio:
                 self.observe(it, name, r)
 
     def state(self, t: int) -> dict[str, Any]:
-        """The bandit's view after committing t (stored per iteration): per arm decayed pulls and mean reward."""
+        """The bandit's view after committing t (stored per iteration): per arm decayed pulls and mean reward (as
+        the bandits see it: ÷ the largest reward seen)."""
         if self.single:
             return {}
         n, s = self._sums.at(t)
-        return {a.name: {"n": round(float(n[i]), 6), "mean": round(float(s[i] / n[i]), 6) if n[i] > 0 else None}
-                for i, a in enumerate(self.arms)}
+        return {a.name: {"n": round(ni, 6), "mean": round(si / ni, 6) if ni > 0 else None}
+                for a, ni, si in zip(self.arms, n, s)}

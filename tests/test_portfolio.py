@@ -301,3 +301,36 @@ def test_the_iteration_stream_is_fixed_by_seed_and_t_and_uniform():
     assert (np.histogram(u, bins=10)[0] > 1800).all()
     g = p.rng(3)
     assert 0 < g.beta(1.0, 1.0) < 1 and g.choice(3) in (0, 1, 2)  # the rest of numpy's Generator, made on use
+
+
+def test_the_frozen_member_is_the_trained_backend_with_its_adapter_off(tmp_path):
+    """One copy of the weights: the frozen member of the same tiny spec is a view of the trained member's backend,
+    and after the adapter has moved it still samples exactly what a fresh, untrained tiny proposer samples."""
+    import torch
+
+    from evolve.members import build_members
+    from proposer.backends import make_backend
+    from proposer.base import SamplingParams
+    from proposer.frozen import FrozenAdapterView
+    from proposer.lora import wrap_lora
+
+    cfg = load_config(None, {"suite": "pbe", "train": {"algo": "vpo"}, "proposers": [
+        {"name": "policy", "spec": "tiny", "train": True}, {"name": "base", "spec": "tiny"}]})
+    built = []
+    primary, members = build_members(cfg, lambda spec: built.append(spec) or make_backend(spec))
+    assert built == ["tiny"] and isinstance(members[1][1], FrozenAdapterView) and members[1][1].inner is primary
+    torch.manual_seed(0)
+    primary.model = wrap_lora(primary.model, 8, None, None)
+    with torch.no_grad():
+        for name, p in primary.model.named_parameters():
+            if "lora_B" in name:
+                p.add_(torch.randn_like(p) * 0.5)  # a trained adapter
+    primary.set_policy_version(3)
+    sp = SamplingParams(temperature=1.0, max_tokens=48, seed=123)
+    prompt = "Write f(x) that doubles x.\n"
+    frozen = members[1][1].generate([prompt], 2, sp)[0]
+    fresh = make_backend("tiny").generate([prompt], 2, sp)[0]
+    trained = primary.generate([prompt], 2, sp)[0]
+    assert [c.token_ids for c in frozen] == [c.token_ids for c in fresh] != [c.token_ids for c in trained]
+    assert [c.logprobs for c in frozen] == [c.logprobs for c in fresh]
+    assert {c.policy_version for c in frozen} == {0} and {c.policy_version for c in trained} == {3}

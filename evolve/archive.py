@@ -609,7 +609,8 @@ class Archive:
             ids = [r[0] for r in rows]
             c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
             if portfolio is not None:
-                c.execute("INSERT INTO portfolio(iteration, member, policy_version, reward, data) VALUES (?, ?, ?, ?, ?)",
+                c.execute("INSERT INTO portfolio(iteration, member, policy_version, reward, data) "
+                          "VALUES (?, ?, ?, ?, ?)",
                           (iteration, portfolio.member, portfolio.policy_version, float(portfolio.reward),
                            _dumps(portfolio.data)))
             if state:

@@ -421,7 +421,8 @@ class Campaign:
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         stale = sum((b.problem, b.island) == key for b in self._pending)  # its island's batches in flight
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
-                     prompt=build_prompt(ctx, style=self.prompt_styles[arm.name], reasoning=self.cfg.sampling.reasoning),
+                     prompt=build_prompt(ctx, style=self.prompt_styles[arm.name],
+                                         reasoning=self.cfg.sampling.reasoning),
                      staleness=stale, member=arm.name)
 
     def arm(self, batch: Batch) -> tuple[Arm, Backend]:

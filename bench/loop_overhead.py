@@ -140,7 +140,8 @@ def bench_problem():
 
 
 def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: int = 2, islands: int = 2,
-             seed: int = 0, synchronous: str | None = None, n_problems: int = 1) -> dict:
+             seed: int = 0, synchronous: str | None = None, n_problems: int = 1, members: int = 1,
+             policy: str = "ucb") -> dict:
     """Grow a fresh campaign's archive to at least `programs` programs; per-iteration timings and sizes.
 
     Returns iterations, ms (per iteration 1..N, gap between on_iteration callbacks), sizes (archive programs after
@@ -150,7 +151,9 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
     synchronous: a diagnostic only -- e.g. "FULL" sets that PRAGMA on the archive's connection (an fsync per
     commit, as ``archive_sync: full``); None keeps the archive's default (NORMAL).
     n_problems > 1: that many copies of the problem under their own ids (islands x n_problems islands, a seed
-    each), to show that the per-iteration cost does not grow with the number of problems."""
+    each), to show that the per-iteration cost does not grow with the number of problems.
+    members > 1: a proposer portfolio of that many members (one instant backend behind them all, so every
+    program stays fresh) chosen by ``policy``: what choosing, rewarding and attributing cost per iteration."""
     from evolve.campaign import Campaign
     from evolve.config import CampaignConfig
 
@@ -162,7 +165,7 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
     probs = [problem] if n_problems == 1 else \
         [dataclasses.replace(problem, id=f"{problem.id}#{k}") for k in range(n_problems)]
     cfg = CampaignConfig(problems=[p.id for p in probs], proposer="fresh", iterations=iterations, islands=islands,
-                         answers=m, group=group, seed=seed, pipeline_depth=depth)
+                         answers=m, group=group, seed=seed, pipeline_depth=depth, portfolio={"policy": policy})
     stamps: list[float] = []
     seen: list[int] = []
 
@@ -170,7 +173,13 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
         stamps.append(time.perf_counter())
         seen.append(it)
 
-    camp = Campaign(cfg, run_dir, probs, FreshBackend(m), HashEvaluator(), on_iteration=on_iteration)
+    backend = FreshBackend(m)
+    team = None
+    if members > 1:
+        from evolve.portfolio import Arm
+
+        team = [(Arm(f"m{i}"), backend) for i in range(members)]
+    camp = Campaign(cfg, run_dir, probs, backend, HashEvaluator(), on_iteration=on_iteration, members=team)
     if synchronous is not None:
         camp.archive._conn.execute(f"PRAGMA synchronous={synchronous}")
     try:
@@ -667,6 +676,31 @@ def machine_load() -> str:
     return ", ".join(parts) or "unknown"
 
 
+def portfolio_overhead(a, tmp: Path, programs: int, depths: list[int], log) -> None:
+    """ms/iteration of one proposer and of an N-member ucb portfolio, runs interleaved (1, N, 1, N, ...) so a
+    shared machine's load drifts over both; per run the median of 4-iteration means after the first 50
+    iterations; the ratio of the runs' medians, and of the fastest runs (the least disturbed by other load)."""
+    import shutil
+
+    print(f"\nportfolio overhead: {programs} programs (8 per iteration), 2 islands, instant proposer + trivial "
+          f"evaluator, {a.repeats} interleaved runs each; machine: {machine_load()}")
+    for depth in depths:
+        res: dict[int, list[float]] = {1: [], a.portfolio: []}
+        for k in range(a.repeats):
+            for n in (1, a.portfolio):
+                log(f"depth {depth}, {n} member(s), run {k + 1}")
+                d = tmp / f"pf-{depth}-{n}-{k}"
+                r = run_vevo(d, programs, depth, members=n)
+                shutil.rmtree(d, ignore_errors=True)
+                res[n].append(med([x for x in rolling(r["ms"])[50:] if x is not None]))
+        one, many = med(res[1]), med(res[a.portfolio])
+        print(f"  depth {depth}: 1 proposer {fmt(one, 3)} ms/iteration (runs {', '.join(fmt(x, 3) for x in res[1])}); "
+              f"{a.portfolio} members {fmt(many, 3)} ms/iteration (runs "
+              f"{', '.join(fmt(x, 3) for x in res[a.portfolio])}); ratio of medians {many / one:.3f}, of the "
+              f"fastest runs {min(res[a.portfolio]) / min(res[1]):.3f}")
+    print(f"machine after: {machine_load()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="~1 minute: vevo to 2,000 programs, OpenEvolve to 700")
@@ -687,6 +721,9 @@ def main() -> None:
     ap.add_argument("--many-problems", type=int, default=1000,
                     help="also time a campaign over this many problems (copies of one, 2 islands each) against one "
                          "problem, same iterations (0 skips)")
+    ap.add_argument("--portfolio", type=int, default=0, metavar="N",
+                    help="only compare one proposer against a portfolio of N members (ucb), interleaved runs")
+    ap.add_argument("--repeats", type=int, default=3, help="--portfolio: runs of each kind")
     ap.add_argument("--_stub-server", dest="stub_server", metavar="PORT_FILE", help=argparse.SUPPRESS)
     ap.add_argument("--_oe-driver", dest="oe_driver", nargs=3, metavar=("WORK", "PORT", "ITERS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -706,6 +743,8 @@ def main() -> None:
 
     tmp = tempfile.mkdtemp(prefix="vevo-loop-overhead-", dir=a.dir)
     log(f"run folder {tmp}")
+    if a.portfolio > 1:
+        return portfolio_overhead(a, Path(tmp), a.programs or 4_000, depths, log)
     t_all = time.perf_counter()
     load_before = machine_load()
     try:

@@ -93,6 +93,8 @@ CREATE TABLE IF NOT EXISTS metrics(iteration INTEGER PRIMARY KEY, data TEXT NOT 
 CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, iteration INTEGER NOT NULL, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS training(step INTEGER PRIMARY KEY, policy_version INTEGER NOT NULL, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS portfolio(iteration INTEGER PRIMARY KEY, member TEXT NOT NULL,
+    policy_version INTEGER NOT NULL, reward REAL NOT NULL, data TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS programs_problem_island ON programs(problem, island, id);
 CREATE INDEX IF NOT EXISTS programs_solved ON programs(problem, iteration) WHERE solved = 1;
 CREATE INDEX IF NOT EXISTS groups_problem ON "groups"(problem, id);
@@ -315,6 +317,23 @@ class TrainingRow(NamedTuple):
     data: dict[str, Any]
 
 
+class PortfolioRecord(NamedTuple):
+    """What one iteration's portfolio row holds: the member that proposed it, its policy version, the reward the
+    batch brought and the bandit's state after it (evolve/portfolio.py)."""
+    member: str
+    policy_version: int
+    reward: float
+    data: dict[str, Any]
+
+
+class PortfolioRow(NamedTuple):
+    iteration: int
+    member: str
+    policy_version: int
+    reward: float
+    data: dict[str, Any]
+
+
 class ProgressRow(NamedTuple):
     problem: str
     iteration: int
@@ -528,21 +547,24 @@ class Archive:
 
     # -- writing
     def record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
-                         metrics: dict[str, Any] | None = None, state: dict[str, Any] | None = None) -> list[int]:
+                         metrics: dict[str, Any] | None = None, state: dict[str, Any] | None = None,
+                         portfolio: "PortfolioRecord | None" = None) -> list[int]:
         """Write one whole iteration atomically; returns the new program ids in the order of `programs`.
 
         Iterations must increase. Programs get consecutive eval_index values after those already recorded.
         state: the checkpoint entries that changed (name -> JSON value), each replacing its previous value.
+        portfolio: the proposer member of the iteration, its reward and the bandit's state (evolve/portfolio.py).
         Text SQLite cannot encode (lone surrogates) is stored escaped; the failed attempt was rolled back."""
         try:
-            return self._record_iteration(iteration, groups, programs, metrics, state)
+            return self._record_iteration(iteration, groups, programs, metrics, state, portfolio)
         except UnicodeEncodeError:
             state = {_escape_text(str(k)): v for k, v in (state or {}).items()}
             return self._record_iteration(iteration, _escaped_groups(groups), _escaped_programs(programs), metrics,
-                                          state)
+                                          state, portfolio)
 
     def _record_iteration(self, iteration: int, groups: Sequence[GroupRecord], programs: Sequence[ProgramRecord],
-                          metrics: dict[str, Any] | None, state: dict[str, Any] | None) -> list[int]:
+                          metrics: dict[str, Any] | None, state: dict[str, Any] | None,
+                          portfolio: "PortfolioRecord | None" = None) -> list[int]:
         with self._transaction() as c:
             last = c.execute("SELECT MAX(iteration) FROM metrics").fetchone()[0]
             if last is not None and iteration <= last:
@@ -586,6 +608,11 @@ class Archive:
             c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows)
             ids = [r[0] for r in rows]
             c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
+            if portfolio is not None:
+                c.execute("INSERT INTO portfolio(iteration, member, policy_version, reward, data) "
+                          "VALUES (?, ?, ?, ?, ?)",
+                          (iteration, portfolio.member, portfolio.policy_version, float(portfolio.reward),
+                           _dumps(portfolio.data)))
             if state:
                 c.executemany("INSERT OR REPLACE INTO state(key, iteration, value) VALUES (?, ?, ?)",
                               [(str(k), iteration, _dumps(v)) for k, v in state.items()])
@@ -656,9 +683,24 @@ class Archive:
         ids = [r[0] for r in self._query(sql + " ORDER BY id DESC LIMIT ?", params + [limit])][::-1]
         return self.groups_by_id(ids)
 
-    def group_ids(self) -> list[int]:
-        """Every group id, oldest first (the replay buffer draws from these)."""
-        return [r[0] for r in self._query('SELECT id FROM "groups" ORDER BY id')]
+    def group_ids(self, member: str | None = None) -> list[int]:
+        """Every group id, oldest first (the replay buffer draws from these); with ``member``, only the groups
+        that portfolio member proposed."""
+        if member is None:
+            return [r[0] for r in self._query('SELECT id FROM "groups" ORDER BY id')]
+        return [r[0] for r in self._query('SELECT g.id FROM "groups" g JOIN portfolio p ON p.iteration = g.iteration '
+                                          "WHERE p.member = ? ORDER BY g.id", (member,))]
+
+    def has_portfolio(self) -> bool:
+        """Whether the archive has the portfolio table (archives before portfolios, opened read-only, do not)."""
+        return bool(self._query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='portfolio'"))
+
+    def portfolio_rows(self) -> list[PortfolioRow]:
+        """The member, policy version, reward and bandit state of every committed iteration, in order."""
+        if not self.has_portfolio():
+            return []
+        return [PortfolioRow(i, m, v, float(r), json.loads(d)) for i, m, v, r, d in self._query(
+            "SELECT iteration, member, policy_version, reward, data FROM portfolio ORDER BY iteration")]
 
     def groups_by_id(self, ids: list[int]) -> list[GroupRow]:
         """Groups with their completions, in the order of ``ids`` (unknown ids are skipped)."""
@@ -738,13 +780,18 @@ class Archive:
 
     def export_rows(self, detail: bool = False) -> list[dict[str, Any]]:
         """One plain row per evaluated program, in id order: what two runs of the same seed must agree on.
+        ``proposer``: the portfolio member that proposed it ("" for seed programs and archives before portfolios).
         ``detail`` adds what people read (``vevo export``): id, parent_id (None for seeds), code, error."""
+        cols = "id, problem, island, iteration, status, scalar, solved, vector, code_hash, parent_ids, code, artifacts"
+        if self.has_portfolio():
+            sql = (f"SELECT {', '.join('p.' + c.strip() for c in cols.split(','))}, COALESCE(f.member, '') "
+                   "FROM programs p LEFT JOIN portfolio f ON f.iteration = p.iteration ORDER BY p.id")
+        else:
+            sql = f"SELECT {cols}, '' FROM programs ORDER BY id"
         rows = []
-        for pid, p, isl, it, st, s, sv, v, h, parents, code, arts in self._query(
-                "SELECT id, problem, island, iteration, status, scalar, solved, vector, code_hash, parent_ids, code, "
-                "artifacts FROM programs ORDER BY id"):
+        for pid, p, isl, it, st, s, sv, v, h, parents, code, arts, m in self._query(sql):
             row = {"problem": p, "island": isl, "iteration": it, "status": st, "scalar": float(s),
-                   "solved": bool(sv), "vector": json.loads(v), "code_hash": h}
+                   "solved": bool(sv), "vector": json.loads(v), "code_hash": h, "proposer": m}
             if detail:
                 parent_ids = json.loads(parents)
                 row.update(id=pid, parent_id=parent_ids[0] if parent_ids else None, code=code,

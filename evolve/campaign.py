@@ -51,9 +51,10 @@ from proposer.parsing import parse_answers
 from proposer.prompting import PromptContext, build_prompt
 
 from . import feedback, health, selection
-from .archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
+from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
 from .config import CampaignConfig
 from .islands import Island, Member
+from .portfolio import Arm, Portfolio, batch_reward
 from .progress import Rate, Reporter, as_reporter
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
@@ -77,6 +78,7 @@ class Batch:
     gen_seconds: float = 0.0
     known_limit: int | None = None  # programs with id <= this are the first dedupe's archive (set at submission)
     generated: bool = False         # completions are in (set after them, by the thread that generated them)
+    member: str = ""                # the portfolio member that proposes it ("": the first, in old checkpoints)
 
     def to_dict(self) -> dict:
         generated = self.generated  # read first: when it is True the completions are already there
@@ -89,6 +91,7 @@ class Batch:
         d = dict(d)
         d.setdefault("known_limit", None)
         d.setdefault("generated", True)  # checkpoints before concurrent generation kept generated batches only
+        d.setdefault("member", "")
         d["completions"] = [Completion(**c) for c in d["completions"]]
         return cls(**d)
 
@@ -241,12 +244,22 @@ def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector:
 class Campaign:
     def __init__(self, cfg: CampaignConfig, run_dir: str | Path, problems: list[Problem], backend: Backend,
                  evaluator: Evaluator, *, progress: bool | Reporter = False,
-                 on_iteration: Callable[["Campaign", int], None] | None = None):
+                 on_iteration: Callable[["Campaign", int], None] | None = None,
+                 members: list[tuple[Arm, Backend]] | None = None):
+        """``backend`` is the one the trainer and the checkpoint's policy version follow; ``members`` (a proposer
+        portfolio, evolve/portfolio.py) the arms and their backends, ``backend`` among them; None: one member."""
         if not problems:
             raise ValueError("a campaign needs at least one problem")
         self.cfg, self.backend, self.evaluator = cfg, backend, evaluator
+        if members is None:
+            members = [(Arm(name=member_name(cfg.proposer), spec=cfg.proposer, train=cfg.train.algo != "none"),
+                        backend)]
+        self.portfolio = Portfolio([a for a, _ in members], cfg.portfolio, cfg.seed, cfg.pipeline_depth)
+        self.members = {a.name: (a, b) for a, b in members}
         # instruct models (backend.chat: template in use) get the fuller English prompt; the tiny one compact
         self.prompt_style = "chat" if getattr(backend, "chat", False) is True else "compact"
+        self.prompt_styles = {a.name: "chat" if getattr(b, "chat", False) is True else "compact" for a, b in members}
+        self.baseline: dict[str, float] = {}  # problem -> its seed program's scalar (the bandit's reward baseline)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.problems = {p.id: p for p in problems}
@@ -266,7 +279,6 @@ class Campaign:
         self.next_key = 0
         self.iteration = -1  # last committed
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
-        self.model_entry = naming.entry_name(backend)  # the function name the proposer writes (tiny: "f")
         self.health = health.Health(stall=max(20, cfg.iterations // 4))
         self._pending: list[Batch] = []  # prepared, not yet committed, oldest first (kept in the checkpoint)
         self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
@@ -292,6 +304,8 @@ class Campaign:
                 continue
             outcomes.setdefault(row.iteration, []).append(_outcome(row.problem, row.evaluation))
             self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
+            if row.island == -1:
+                self.baseline.setdefault(row.problem, float(row.scalar))
             if row.solved:
                 self.solved.setdefault(row.problem, row.iteration)  # rows come in id order: the first is earliest
         for key in self.keys:
@@ -310,6 +324,10 @@ class Campaign:
             self.backend.load_state(loop["backend"])
         if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
             self.backend.set_policy_version(int(loop["policy_version"]))
+        for name, st in (loop.get("members") or {}).items():
+            if name in self.members and st is not None and has(self.members[name][1], STATE):
+                self.members[name][1].load_state(st)
+        self.portfolio.restore([(r.iteration, r.member, r.reward) for r in self.archive.portfolio_rows()], it)
         pending = loop.get("pending") or []
         pending = [pending] if isinstance(pending, dict) else pending  # runs of depth <= 1 kept one batch
         self._pending = [Batch.from_dict(b) for b in pending]
@@ -330,11 +348,15 @@ class Campaign:
                       "backend": self.backend.state() if has(self.backend, STATE) else None,
                       "policy_version": getattr(self.backend, "policy_version", 0),
                       "pending": [b.to_dict() for b in pending]}
+        if len(self.members) > 1:  # the other members' own state (a frozen view of the trained one has none)
+            st["loop"]["members"] = {n: b.state() for n, (_, b) in self.members.items()
+                                     if b is not self.backend and has(b, STATE)}
         return st
 
     def _record(self, iteration: int, groups: list[GroupRecord], programs: list[ProgramRecord], metrics: dict,
-                pending: list[Batch]) -> list[int]:
-        ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending))
+                pending: list[Batch], portfolio: PortfolioRecord | None = None) -> list[int]:
+        ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending),
+                                            portfolio)
         self._dirty.clear()
         return ids
 
@@ -367,6 +389,7 @@ class Campaign:
         first = self.n_programs + 1
         for i, (pid, ev) in enumerate(zip(self.order, evs)):
             self._remember(first + i, pid, self.problems[pid].seed_code, ev, ev.artifacts["ast_hash"])
+            self.baseline.setdefault(pid, float(ev.scalar))
             for k in range(self.cfg.islands):
                 self.islands[(pid, k)].members.append(first + i)
             if ev.solved:
@@ -394,6 +417,7 @@ class Campaign:
         if key is None:
             return None
         problem = self.problems[key[0]]
+        arm = self.portfolio.choose(t)  # from the rewards committed through t-D-1, as the parent is
         island, rng = self.islands[key], self.rngs[key]
         self._dirty.add(key)
         members = island.members
@@ -412,29 +436,35 @@ class Campaign:
                             parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
                             inspirations=[(self.cache[j].code, [float(x) for x in self.cache[j].vector])
                                           for j in insp_ids],
-                            m=self.cfg.answers, mode=self.cfg.sampling.answer_mode,
+                            m=arm.answers or self.cfg.answers, mode=self.cfg.sampling.answer_mode,
                             metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
                             feedback=pm.feedback or {},
                             inspiration_scores=[self.cache[j].scalar for j in insp_ids])
         stale = sum((b.problem, b.island) == key for b in self._pending)  # its island's batches in flight
-        ctx = naming.present(ctx, self._renaming(problem.id, pm.code))
+        ctx = naming.present(ctx, self._renaming(problem.id, pm.code, self.members[arm.name][1]))
         return Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
-                     prompt=build_prompt(ctx, style=self.prompt_style, reasoning=self.cfg.sampling.reasoning),
-                     staleness=stale)
+                     prompt=build_prompt(ctx, style=self.prompt_styles[arm.name],
+                                         reasoning=self.cfg.sampling.reasoning),
+                     staleness=stale, member=arm.name)
+
+    def arm(self, batch: Batch) -> tuple[Arm, Backend]:
+        """The member proposing ``batch`` and its backend."""
+        return self.members.get(batch.member) or self.members[self.portfolio.arms[0].name]
 
     def generate(self, batch: Batch) -> None:
         t0 = time.perf_counter()
         s = self.cfg.sampling
-        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                            seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
-        out = self.backend.generate([batch.prompt], self.cfg.group, sp)
+        arm, backend = self.arm(batch)
+        sp = SamplingParams(temperature=s.temperature if arm.temperature is None else arm.temperature, top_p=s.top_p,
+                            max_tokens=s.max_tokens, seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
+        out = backend.generate([batch.prompt], self.cfg.group, sp)
         batch.gen_seconds = time.perf_counter() - t0
         batch.completions = list(out[0]) if out else []
         batch.generated = True
 
-    def _renaming(self, problem: str, parent_code: str) -> naming.Renaming | None:
-        """The problem's entry point shown under the proposer's own name, when it declares one."""
-        return naming.Renaming.make(self.problems[problem].entry_point, self.model_entry, parent_code)
+    def _renaming(self, problem: str, parent_code: str, backend: Backend) -> naming.Renaming | None:
+        """The problem's entry point shown under the proposing member's own name, when it declares one."""
+        return naming.Renaming.make(self.problems[problem].entry_point, naming.entry_name(backend), parent_code)
 
     # ------------------------------------------------------------------ evaluate / commit
     def evaluate(self, batch: Batch) -> Outcome:
@@ -449,7 +479,9 @@ class Campaign:
         if batch.known_limit is not None:
             known = KnownBefore(known, batch.known_limit)
         code = self.cache[batch.parent_id].code
-        tri = triage(batch.completions, code, self.cfg.answers, known, self._renaming(batch.problem, code))
+        arm, backend = self.arm(batch)
+        tri = triage(batch.completions, code, arm.answers or self.cfg.answers, known,
+                     self._renaming(batch.problem, code, backend))
         evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
                                            self.cfg.sandbox.eval_timeout) if tri.fresh else []
         return Screened(batch, tri, evs, time.perf_counter() - t0)
@@ -495,13 +527,15 @@ class Campaign:
 
     def commit(self, out: Outcome, pending: list[Batch]) -> None:
         b = out.batch
-        sp = SamplingParams(temperature=self.cfg.sampling.temperature, top_p=self.cfg.sampling.top_p,
+        arm = self.arm(b)[0]
+        temp = self.cfg.sampling.temperature if arm.temperature is None else arm.temperature
+        sp = SamplingParams(temperature=temp, top_p=self.cfg.sampling.top_p,
                             max_tokens=self.cfg.sampling.max_tokens).to_dict()
         comps = [CompletionRecord.from_completion(i, c, out.answers[i], out.answer_vectors[i], sp)
                  for i, c in enumerate(b.completions)]
         version = b.completions[0].policy_version if b.completions else 0
         group = GroupRecord(problem=b.problem, island=b.island, parent_id=b.parent_id, prompt=b.prompt,
-                            m=self.cfg.answers, completions=comps, policy_version=version)
+                            m=arm.answers or self.cfg.answers, completions=comps, policy_version=version)
         first = self.n_programs + 1
         key = (b.problem, b.island)
         added = []
@@ -521,11 +555,17 @@ class Campaign:
                    "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
                    "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
                    "migrated": migrated, "policy_version": version, "in_flight_dups": out.n_in_flight_dup}
-        warnings = self.health.observe(health.observation(b.iteration, metrics, self.cfg.answers,
+        parent = self.cache[b.parent_id]
+        reward = batch_reward(parent.vector, parent.scalar, self.baseline.get(b.problem, 0.0),
+                              [(p.evaluation.vector, p.evaluation.scalar, p.evaluation.status)
+                               for p, h in zip(out.programs, out.hashes) if h is not None])
+        self.portfolio.observe(b.iteration, arm.name, reward)
+        record = PortfolioRecord(arm.name, version, reward, self.portfolio.state(b.iteration))
+        warnings = self.health.observe(health.observation(b.iteration, metrics, arm.answers or self.cfg.answers,
                                                           [_outcome(p.problem, p.evaluation) for p in out.programs]))
         if warnings:
             metrics["warnings"] = warnings
-        ids = self._record(b.iteration, [group], out.programs, metrics, pending)
+        ids = self._record(b.iteration, [group], out.programs, metrics, pending, record)
         for w in warnings:  # once recorded: `runs show` lists them too
             print(health.PREFIX + w, file=sys.stderr, flush=True)
         if ids != list(range(first, first + len(out.programs))):
@@ -556,7 +596,7 @@ class Campaign:
         total, depth = self.cfg.iterations, self.cfg.pipeline_depth
         rep, rate = self.reporter, Rate(self.evals_run)
         rep.begin(total, self.iteration)
-        concurrent = depth > 1 and has(self.backend, CONCURRENT)  # the batches in flight generated at once
+        concurrent = depth > 1 and all(has(b, CONCURRENT) for _, b in self.members.values())  # generated at once
         gen_pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="vevo-gen") if concurrent else None
         lanes = [_EvalThread(self._lane_work) for _ in range(depth)]  # batch t goes to lane t % depth
         flight: deque[tuple[Batch, _EvalThread | None]] = deque()
@@ -683,6 +723,12 @@ def summarize(archive: Archive) -> dict:
 
 def _outcome(problem: str, ev: Evaluation) -> health.Outcome:
     return health.Outcome(problem, ev.status, float(ev.scalar), health.error_text(ev.artifacts))
+
+
+def member_name(spec: str) -> str:
+    """The member name of a run with one ``proposer:`` (its spec's kind: tiny, hf, openai, replay, ...)."""
+    spec = spec.strip()
+    return spec if ":" not in spec else spec.partition(":")[0]
 
 
 def _state_key(key: tuple[str, int]) -> str:

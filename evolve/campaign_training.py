@@ -76,8 +76,9 @@ def training_config(cfg: CampaignConfig) -> TrainConfig:
 class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
-    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend):
-        self.cfg, self.backend, self.algo = cfg, backend, cfg.train.algo
+    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend, member: str | None = None):
+        """``member``: in a proposer portfolio, the trained member's name; it learns from its own groups only."""
+        self.cfg, self.backend, self.algo, self.member = cfg, backend, cfg.train.algo, member
         self.dir = Path(run_dir) / "trainer"
         self.dir.mkdir(parents=True, exist_ok=True)
         # hf: the backend's own model is trained in place. vllm: a transformers copy of the same weights is
@@ -222,7 +223,7 @@ class CampaignTrainer:
     def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
         """The replay buffer's pick (recent groups plus a seeded mix of older ones), complete groups only."""
         rng = np.random.default_rng([self.cfg.seed, iteration, 1])
-        ids = choose_groups(archive.group_ids(), self.cfg.train.batch, self.cfg.train.replay_older, rng)
+        ids = choose_groups(archive.group_ids(self.member), self.cfg.train.batch, self.cfg.train.replay_older, rng)
         return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
 
     def _shaped(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list) -> list[np.ndarray]:

@@ -369,12 +369,15 @@ def cmd_runs_show(args) -> int:
 
     if args.program is not None:
         return _show_program(args)
+    from .portfolio_stats import member_stats
+
     with _open_run(args.run_dir) as a:
         s = summarize(a)
         rows = a.training_rows()
         s["training_steps"] = len(rows)
         s["learning"] = learning(rows)
         s["isolation"] = json.loads(a.get_meta("isolation", "null") or "null")
+        s["proposers"] = member_stats(a)
     if args.json:
         print(json.dumps(s))
     else:
@@ -388,6 +391,10 @@ def cmd_runs_show(args) -> int:
             fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
             print("probe reward (own / held-out) by policy version: " + ", ".join(
                 f"v{r['step']} {fmt(r['probe_own'])} / {fmt(r['probe_heldout'])}" for r in probes))
+        for name, m in s["proposers"].items():
+            print(f"  proposer {printable(name, False)}: {m['iterations']} iterations, {m['programs']} programs, "
+                  f"{m['improvements']} improvements ({m['improvement_rate']:.2f}/100 proposals), "
+                  f"solved first {m['solved_first']}, {m['tokens']} tokens, {m['gen_seconds']:.1f}s generating")
     if getattr(args, "code", False):
         with _open_run(args.run_dir) as a:
             for pid, b in sorted(s["best"].items()):
@@ -415,7 +422,7 @@ def cmd_export(args) -> int:
         rows = a.export_rows(detail=True)
     for r in rows:
         r["vector"] = json.dumps(r["vector"])
-    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash"]
+    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash", "proposer"]
     cols += ["id", "parent_id", "code", "error"]  # what people read: the program, its parent, why it failed
     if args.format == "csv":
         with open(args.out, "w", newline="", encoding="utf-8") as f:
@@ -461,6 +468,8 @@ def cmd_curves(args) -> int:
 
     runs = _labelled_runs(args.runs, args.label)
     dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
+    if args.by == "proposer":
+        dbs = curves.split_by_proposer(dbs)
     rows = curves.curve_table(dbs, args.x)
     out = args.out or str(_first_folder(args) / "curves.png")
     curves.plot(dbs, args.x, out, band=args.band)
@@ -746,6 +755,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--csv", action="store_true", help="also write the curves as CSV next to the figure")
     p.add_argument("--band", choices=["minmax", "ci95"], default="ci95",
                    help="band around an arm's mean when it has several runs: 95%% CI of the mean, or min-max")
+    p.add_argument("--by", choices=["run", "proposer"], default="run",
+                   help="proposer: one curve per portfolio member (its own programs, on the campaign's iterations)")
     p.set_defaults(fn=cmd_curves)
     p = sub.add_parser("report", "static HTML page: curves, differences between arms, problems, training")
     p.add_argument("runs", nargs="*", metavar="RUN", help=runs_help)

@@ -49,6 +49,10 @@ def registered(section: str) -> list[str]:
         from proposer.algorithms import training_algorithms
 
         return training_algorithms()
+    if section == "portfolio":
+        from .portfolio import CHOICES
+
+        return list(CHOICES)
     return list(EXECUTORS)
 
 
@@ -166,10 +170,14 @@ class ExecutorConfig(StrictModel):
         return _known(v, "executor", "executor")
 
 
+from .portfolio_config import PortfolioConfig, ProposerMember, check_members  # noqa: E402
+
 SECTIONS: dict[str, type[StrictModel]] = {"selection": SelectionConfig, "sampling": SamplingConfig,
-                                          "train": TrainSection, "sandbox": SandboxConfig, "executor": ExecutorConfig}
-_PRIMARY = {"selection": "method", "train": "algo", "executor": "kind"}  # `selection: tournament` == method
-_FLAT_PREFIX = {"train": "train_"}  # flat names of other sections' keys are the key itself
+                                          "train": TrainSection, "sandbox": SandboxConfig, "executor": ExecutorConfig,
+                                          "portfolio": PortfolioConfig}
+_PRIMARY = {"selection": "method", "train": "algo", "executor": "kind",  # `selection: tournament` == method
+            "portfolio": "policy"}
+_FLAT_PREFIX = {"train": "train_", "portfolio": "portfolio_"}  # other sections' flat names are the key itself
 
 
 def _flat_keys() -> dict[str, tuple[str, str]]:
@@ -189,7 +197,7 @@ def nest(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
     out: dict[str, Any] = {}
     moved: dict[tuple[str, str], str] = {}
     for k, v in data.items():
-        if k in SECTIONS and isinstance(v, StrictModel):  # already a section (validated assignment, copies)
+        if k in SECTIONS and isinstance(v, BaseModel):  # already a section (validated assignment, copies)
             out[k] = v
         elif k in SECTIONS and isinstance(v, dict):
             out.setdefault(k, {})
@@ -230,6 +238,8 @@ class CampaignConfig(StrictModel):
     # proposer and search shape
     proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | "
                           "replay:FILE")
+    proposers: list[ProposerMember] = Field(default_factory=list, description="a portfolio of proposers chosen per "
+                                            "iteration by portfolio.policy (YAML only; replaces 'proposer')")
     proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU (1 leaves the "
                                          "other cores to the sandbox); None: the backend's default")
     proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
@@ -264,6 +274,7 @@ class CampaignConfig(StrictModel):
     train: TrainSection = Field(default_factory=TrainSection)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    portfolio: PortfolioConfig = Field(default_factory=PortfolioConfig)
 
     _source: str = PrivateAttr(default="<config>")
 
@@ -293,6 +304,7 @@ class CampaignConfig(StrictModel):
         if tr.algo != "none" and self.group < 2:
             raise ValueError(f"'group': train.algo={tr.algo!r} estimates advantages within a group, "
                              f"so it needs group >= 2 (got {self.group})")
+        check_members(self.proposers, tr.algo)
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -367,7 +379,7 @@ def run_flags() -> list[Flag]:
     (`--train-lr`, `--temperature`, `--selection`), each with its help section and default."""
     out = []
     for name, f in CampaignConfig.model_fields.items():
-        if name in SECTIONS:
+        if name in SECTIONS or name == "proposers":  # a list of mappings: YAML only
             continue
         kind, choices = _flag_kind(f.annotation)
         out.append(Flag(FLAG_NAMES.get(name, name).replace("_", "-"), name, kind, choices, f.description or "",

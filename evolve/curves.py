@@ -54,19 +54,38 @@ def _run_curves(rows: list[ProgressRow], listed: list[str], x: Axis,
     return xs, _step_at(its, n_solved, xs, past_end=None), _step_at(its, mean_best, xs, past_end=None)
 
 
-def run_curves(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(xs, pass@x, best@x) of one archive, read in one pass."""
+def run_curves(archive_path: str | Path | tuple[str | Path, str],
+               x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(xs, pass@x, best@x) of one archive, read in one pass. ``(path, member)``: only the programs that
+    portfolio member proposed (and the seeds), on the campaign's own iterations (`split_by_proposer`)."""
     _check_axis(x)
-    with Archive(archive_path, readonly=True) as a:
+    path, member = archive_path if isinstance(archive_path, tuple) else (archive_path, None)
+    with Archive(path, readonly=True) as a:
         rows = a.progress_rows()
         listed = json.loads(a.get_meta("problems") or "[]")
         iterations = [m.iteration for m in a.metrics_rows()]
+        if member is not None:
+            own = {r.iteration for r in a.portfolio_rows() if r.member == member} | {0}
+            rows = [r for r in rows if r.iteration in own]
+            iterations = [i for i in iterations if i in own]
         cfg = json.loads(a.get_meta("config") or "{}")
     budget = cfg.get("iterations")
     if isinstance(budget, int) and cfg.get("retire_solved", True) and listed and \
             {str(p) for p in listed} <= {r.problem for r in rows if r.solved}:
         iterations.append(budget)  # every problem solved and retired: the run is over, its curve stays flat
     return _run_curves(rows, [str(p) for p in listed], x, iterations)
+
+
+def split_by_proposer(runs: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """Each label's runs as one label per portfolio member, ``LABEL/MEMBER``: [(archive, member), ...]."""
+    out: dict[str, list[Any]] = {}
+    for label, paths in runs.items():
+        for p in paths:
+            with Archive(p, readonly=True) as a:
+                members = list(dict.fromkeys(r.member for r in a.portfolio_rows()))
+            for m in members:
+                out.setdefault(f"{label}/{m}", []).append((p, m))
+    return out
 
 
 def pass_at(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarray, np.ndarray]:

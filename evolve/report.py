@@ -12,7 +12,7 @@ import json
 import math
 import re
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,6 +21,7 @@ from .campaign import summarize
 from .config import nest
 from .curves import Axis, plot
 from .ui.components import by as _by, e as _e, fmt as _fmt, frame, test_strip, test_table
+from .portfolio_stats import member_stats
 
 # Training keys plotted first, in this order; every other numeric key follows alphabetically.
 WELL_KNOWN_KEYS = ("mean_set_reward", "probe_own", "probe_heldout", "reward_diversity", "loss", "pg_loss", "kl",
@@ -50,6 +51,7 @@ class RunData:
     solved: dict[str, Solve]
     best: dict[str, ProgramRow]  # highest scalar; the earliest on ties
     training: list[TrainingRow]
+    proposers: dict[str, dict[str, Any]] = field(default_factory=dict)  # portfolio_stats.member_stats
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,9 @@ def _read_run(label: str, name: str, run_dir: Path) -> RunData:
                     best[pid] = prog
         summary = summarize(a)
         training = a.training_rows()
+        proposers = member_stats(a)
     return RunData(label=label, name=name, path=run_dir, problems=problems, summary=summary, config=config,
-                   solved=solved, best=best, training=training)
+                   solved=solved, best=best, training=training, proposers=proposers)
 
 
 def _is_number(v: Any) -> bool:
@@ -212,6 +215,18 @@ def _runs_table(data: ReportData) -> str:
     return "\n".join(rows) + "</table>"
 
 
+def _proposers_table(data: ReportData) -> str:
+    """Per run and portfolio member: iterations, problems first solved, improvements per 100 proposals, cost."""
+    rows = ["<table id='proposers'><tr><th>run</th><th>proposer</th><th>iterations</th><th>solved first</th>"
+            "<th>improvements / 100 proposals</th><th>tokens</th><th>generation s</th></tr>"]
+    for r in data.run_data:
+        for name, m in r.proposers.items():
+            rows.append(f"<tr><td>{_e(r.name)}</td><td>{_e(name)}</td><td>{m['iterations']}</td>"
+                        f"<td>{m['solved_first']}</td><td>{m['improvement_rate']:.2f}</td><td>{m['tokens']}</td>"
+                        f"<td>{m['gen_seconds']:.1f}</td></tr>")
+    return "\n".join(rows) + "</table>"
+
+
 def _best_cell(data: ReportData, pid: str) -> str:
     found = overall_best(data, pid)
     if found is None:
@@ -276,6 +291,10 @@ def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations", extra_
     body = f"""<h1>vevo report: {_e(", ".join(r.name for r in data.run_data))}</h1>
 <h2>Runs</h2>
 {_runs_table(data)}
+<h2>Proposers</h2>
+<p class="note">Per portfolio member (a run with one proposer has one): an improvement is a program that beats
+max(parent, seed) or passes a test its parent fails; a proposal is one answer asked for.</p>
+{_proposers_table(data)}
 <h2>Search curves</h2>
 <p class="note">Problems solved and mean best score by {_e(x[:-1])}; runs sharing a label (the seeds of an arm)
 are averaged, with a 95% confidence band of the mean.</p>

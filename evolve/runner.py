@@ -50,10 +50,11 @@ def _under(path: object, roots: list[Path]) -> bool:
     return any(p == r or r in p.parents for r in roots)
 
 
-def backend_kwargs(cfg: CampaignConfig) -> dict:
+def backend_kwargs(cfg: CampaignConfig, spec: str | None = None) -> dict:
     """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU, vllm-ray's
-    replicas and Ray cluster)."""
-    kind = "hf" if cfg.proposer == "tiny" else cfg.proposer.partition(":")[0]
+    replicas and Ray cluster); ``spec``: a portfolio member's (default: the run's proposer)."""
+    spec = cfg.proposer if spec is None else spec
+    kind = "hf" if spec == "tiny" else spec.partition(":")[0]
     kw: dict = {}
     if kind in ("hf", "vllm", "vllm-ray", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
         kw["chat"] = cfg.sampling.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
@@ -90,12 +91,19 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
         rep.phase(f"starting the sandbox ({cfg.executor.kind} executor, {cfg.sandbox.workers} workers)")
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
         evaluator = make_executor(cfg, hide)
+    members = None
     if backend is None:
         from proposer.backends import make_backend
 
-        rep.phase(f"loading proposer {cfg.proposer}")
+        rep.phase("loading proposer" + (f"s {', '.join(m.name for m in cfg.proposers)}" if cfg.proposers
+                                        else f" {cfg.proposer}"))
         try:
-            backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
+            if cfg.proposers:
+                from .members import build_members
+
+                backend, members = build_members(cfg, lambda spec: make_backend(spec, **backend_kwargs(cfg, spec)))
+            else:
+                backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
         except BaseException:
             if own_pool:
                 evaluator.close()
@@ -104,9 +112,11 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
     if cfg.train.algo != "none":
         from .campaign_training import CampaignTrainer
 
+        trained = next((m.name for m in cfg.proposers if m.train), None)
         rep.phase(f"preparing the trainer ({cfg.train.algo}, {'LoRA' if cfg.train.lora else 'full'})")
-        on_iteration = CampaignTrainer(cfg, run_dir, backend)
-    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, on_iteration=on_iteration)
+        on_iteration = CampaignTrainer(cfg, run_dir, backend, member=trained)
+    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, on_iteration=on_iteration,
+                    members=members)
     camp.archive.set_meta("skipped_problems", json.dumps(skipped))
     camp._own_pool = own_pool  # type: ignore[attr-defined]
     record_isolation(camp, rep)
@@ -136,6 +146,9 @@ def _finish(camp: Campaign, progress: bool | Reporter) -> dict:
         camp.close()
         if hasattr(camp.backend, "close"):  # before the evaluator: a ray executor's close ends the Ray cluster
             camp.backend.close()              # that vllm-ray engines may share, and they shut down cleanly first
+        from .members import close_members
+
+        close_members(camp.backend, [m for m in camp.members.values()])
         if getattr(camp, "_own_pool", False):
             camp.evaluator.close()  # type: ignore[attr-defined]
 

@@ -199,7 +199,7 @@ def test_export_rows_deterministic(tmp_path):
     rows = build(tmp_path / "a.db")
     assert rows == build(tmp_path / "b.db")
     assert rows[1] == {"problem": "p", "island": 0, "iteration": 1, "status": "wrong", "scalar": pytest.approx(2 / 3),
-                       "solved": False, "vector": [1.0, 1.0, 0.0], "code_hash": code_hash("c")}
+                       "solved": False, "vector": [1.0, 1.0, 0.0], "code_hash": code_hash("c"), "proposer": ""}
     dump = [list(sqlite3.connect(tmp_path / n).iterdump()) for n in ("a.db", "b.db")]
     assert dump[0] == dump[1]  # byte-identical content, not just equal exports
 

@@ -10,7 +10,7 @@ import pytest
 
 from evaluators import executor
 from evaluators.pool import SandboxPool
-from evolve import cli, selection
+from evolve import cli, portfolio, selection
 from evolve.archive import Archive
 from problems import importers
 from problems.evolve_block import wrap_block
@@ -64,6 +64,16 @@ def flat(score_matrices, group_ids, *, rng=None):
 evaluated: list[int] = []
 
 
+chosen: list[int] = []
+
+
+def choose_last(history: portfolio.History, rng, params) -> int:
+    """A new portfolio choice policy: always the last member."""
+    chosen.append(history.t)
+    return len(history.arms) - 1
+
+
+
 class CountingExecutor:
     """A new executor: the local sandbox pool, counting the candidates it is given."""
 
@@ -86,6 +96,7 @@ def registered(monkeypatch):
     monkeypatch.setattr(backends, "NO_ARGUMENT", backends.NO_ARGUMENT | {"echo"})
     monkeypatch.setitem(selection.SELECTIONS, "first", select_first)
     monkeypatch.setitem(estimators.ESTIMATORS, "flat", flat)
+    monkeypatch.setitem(portfolio.CHOICES, "last", choose_last)
 
 
 def test_importer_backend_selection_and_executor_through_the_cli(registered, tmp_path, capsys):
@@ -144,3 +155,18 @@ def test_first_use_without_problems_runs_the_builtin_suite(tmp_path, capsys):
     out = capsys.readouterr()
     assert rc == 0, out.err
     assert "running the built-in suite 'pbe'" in out.err and "solved 0/24 problems" in out.out
+
+
+def test_choice_policy_picks_the_member_through_the_cli(registered, tmp_path, capsys):
+    from problems.suites import SUITES
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"problems: [{SUITES['pbe']()[0].id}]\nproposers:\n  - {{name: one, spec: echo}}\n"
+                   "  - {name: two, spec: echo}\n")
+    chosen.clear()
+    rc = cli.main(["run", str(cfg), "--portfolio", "last", "--iterations", "3", "--islands", "1", "--answers", "2",
+                   "--workers", "1", "--out", str(tmp_path / "run"), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    assert chosen  # the campaign asked the new policy
+    with Archive(tmp_path / "run" / "archive.db", readonly=True) as a:
+        assert {r.member for r in a.portfolio_rows()} == {"two"}

@@ -558,6 +558,8 @@ class Campaign:
         self._clock = (time.monotonic(), 0.0)
         if not self._restore():
             self._start()
+        else:  # this start's config: `vevo resume --iterations` may have moved the budget (ui status, curves)
+            self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
         total, depth = self.cfg.iterations, self.cfg.pipeline_depth
         rep, rate = self.reporter, Rate(self.evals_run)
         rep.begin(total, self.iteration)

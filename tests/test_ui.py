@@ -418,7 +418,8 @@ def test_status_of_a_real_run_killed_interrupted_and_finished(tmp_path):
 
 def test_wall_axis_is_the_recorded_wall_clock(finished, tmp_path):
     """Curves by wall time use the campaign's per-iteration wall_seconds; an archive without them falls back to
-    summed generation + evaluation seconds, and the axis says so."""
+    summed generation + evaluation seconds, and the axis says so; drawn with it, a run with a clock is drawn by
+    its summed seconds too."""
     from evolve.ui import pages
     from evolve.ui.store import RunStore
 
@@ -443,6 +444,12 @@ def test_wall_axis_is_the_recorded_wall_clock(finished, tmp_path):
         assert not store.wall_clock()
         assert np.allclose([p[2] for p in store.curve_points()], summed)
         assert e(pages.SUMMED_LABEL) in pages.curves([store], {"old": [store]}, "wall")
+        new = RunStore("new", finished["run"])
+        try:
+            both = pages.curve_series({"old": [store], "new": [new]}, "wall")
+            assert both["old"][0] == both["new"][0] and np.allclose([p[0] for p in both["new"][0][0]], summed)
+        finally:
+            new.close()
     finally:
         store.close()
 

@@ -11,7 +11,7 @@ from .info import WELL_KNOWN_KEYS, ProblemInfo, is_number, training_keys
 from .store import CURVE_POINTS, RunStore
 
 AXES = {"iterations": (0, "iteration"), "evaluations": (1, "evaluations"), "wall": (2, "wall-clock seconds")}
-SUMMED_LABEL = "seconds of generation + evaluation (archive without a wall clock)"
+SUMMED_LABEL = "seconds of generation + evaluation (a run without a recorded wall clock)"
 Info = Callable[[str], ProblemInfo]
 LIVE_SCRIPT = "/static/live.js"
 LIVE_STATE = "<span class='live' id='live-state'>live: connecting…</span>"
@@ -60,8 +60,9 @@ def overview(stores: Sequence[RunStore], rows: list[dict[str, Any]]) -> str:
 # ------------------------------------------------------------------------------------------------ curves
 
 def curve_series(groups: dict[str, list[RunStore]], x: str) -> dict[str, list]:
-    """Per label: its runs' (x, solved) and (x, best) points, each thinned; a band when it has several."""
-    xi = AXES[x][0]
+    """Per label: its runs' (x, solved) and (x, best) points, each thinned; a band when it has several. By wall
+    time, when any run lacks the wall clock, every run is drawn by busy seconds, so one axis means one thing."""
+    xi = 5 if axis_label(groups, x) == SUMMED_LABEL else AXES[x][0]
     out: dict[str, list] = {}
     for label, runs in groups.items():
         solved, best = [], []

@@ -54,9 +54,10 @@ class _Curve:
     best: dict[str, float] = field(default_factory=dict)
     solved: set[str] = field(default_factory=set)
     total_best: float = 0.0
-    # one point per iteration: (iteration, evaluations, busy seconds, solved, mean best)
-    points: list[tuple[int, int, float, int, float]] = field(default_factory=list)
+    # one point per iteration: (iteration, evaluations, seconds, solved, mean best, busy seconds)
+    points: list[tuple[int, int, float, int, float, float]] = field(default_factory=list)
     seconds: float = 0.0
+    busy: float = 0.0
     last_iteration: int = -1
     summed: bool = False  # some iteration had no wall clock (an archive from before it was recorded)
 
@@ -148,15 +149,16 @@ class RunStore:
         return "stopped"
 
     # ------------------------------------------------------------------ curves
-    def curve_points(self) -> list[tuple[int, int, float, int, float]]:
-        """(iteration, evaluations, seconds, solved, mean best) after each iteration, as in evolve/curves.py (a
-        listed problem counts 0 until it has a program). Seconds: the wall clock the campaign records per
-        iteration (`wall_seconds`, since the run's first start, across resumes); for an archive without it, the
-        cumulative generation + evaluation time it logged (`wall_clock()` is then False)."""
+    def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
+        """(iteration, evaluations, seconds, solved, mean best, busy seconds) after each iteration, as in
+        evolve/curves.py (a listed problem counts 0 until it has a program). Seconds: the wall clock the campaign
+        records per iteration (`wall_seconds`, since the run's first start, across resumes), or busy seconds for
+        an archive without it (`wall_clock()` is then False). Busy seconds: the cumulative generation +
+        evaluation time the loop logged."""
         with self._fold_lock:  # one fold at a time; the queries take the connection lock themselves
             return list(self._fold())
 
-    def _fold(self) -> list[tuple[int, int, float, int, float]]:
+    def _fold(self) -> list[tuple[int, int, float, int, float, float]]:
         c = self._curve
         listed = self.meta()["problems"]
         rows = self.q("SELECT id, problem, iteration, eval_index, scalar, solved FROM programs WHERE id > ? "
@@ -164,15 +166,13 @@ class RunStore:
         secs = self.q("SELECT iteration, data FROM metrics WHERE iteration > ? ORDER BY iteration",
                       (c.last_iteration,))
         n_problems = max(len(set(listed) | set(c.best) | {r[1] for r in rows}), 1)
-        by_it: dict[int, tuple[bool, float]] = {}  # iteration -> (a wall-clock reading, else a duration to add)
+        by_it: dict[int, tuple[float | None, float]] = {}  # iteration -> (its wall clock, its busy seconds)
         for it, data in secs:
             d = json.loads(data)
             wall = d.get("wall_seconds")
-            if isinstance(wall, (int, float)) and not isinstance(wall, bool):
-                by_it[it] = (True, float(wall))
-            else:
-                by_it[it] = (False, float(d.get("gen_seconds") or 0.0) + float(d.get("eval_seconds") or 0.0))
-                c.summed = True
+            wall = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
+            c.summed = c.summed or wall is None
+            by_it[it] = (wall, float(d.get("gen_seconds") or 0.0) + float(d.get("eval_seconds") or 0.0))
         points = c.points
         i = 0
         its = sorted(set(by_it) | {r[2] for r in rows})
@@ -187,10 +187,11 @@ class RunStore:
                     c.solved.add(pr)
                 c.last_id = rows[i][0]
                 i += 1
-            clock, secs_it = by_it.get(it, (False, 0.0))
-            c.seconds = secs_it if clock else c.seconds + secs_it
+            wall, busy = by_it.get(it, (None, 0.0))
+            c.busy += busy
+            c.seconds = wall if wall is not None else c.busy
             evals = rows[i - 1][3] if i else (points[-1][1] if points else 0)
-            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems)
+            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems, c.busy)
             if points and points[-1][0] == it:
                 points[-1] = point
             else:

@@ -225,6 +225,17 @@ def test_page_renders_in_headless_chromium(runs):
     assert has_colour("eaa8a8") or has_colour("8fcf8f"), "the problem table's per-test cells did not render"
     print(f"screenshot: {shot}")
 
+    with sqlite3.connect(runs["vpo"] / "archive.db") as c:  # a program page of the report, read offline too
+        first = c.execute("SELECT MIN(id) FROM programs WHERE solved = 1").fetchone()[0]
+    shot = out.parent / "screenshot-program.png"
+    r = subprocess.run(base + [f"--screenshot={shot}", (out / f"run-0-program-{first}.html").as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+    img = matplotlib.image.imread(shot)[:, :, :3]
+    assert img.std() > 0.03 and (img < 0.95).any(axis=2).mean() > 0.01  # a text page: ~2% of its pixels ink
+    assert has_colour("8fcf8f"), "the solving program's per-test strip did not render"
+    print(f"screenshot: {shot}")
+
 
 MAIN = re.compile(r"<main id='live'>(.*)</main>", re.S)
 HREF = re.compile(r" href='[^']*'")

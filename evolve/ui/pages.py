@@ -53,7 +53,8 @@ def overview(stores: Sequence[RunStore], rows: list[dict[str, Any]]) -> str:
     table = f"<table id='runs'>{head}{''.join(body)}</table>"
     form = (f"<form action='/curves' method='get'>{table}<p>compare the selected runs: <select name='x'>"
             + "".join(f"<option value='{k}'>{e(v[1])}</option>" for k, v in AXES.items())
-            + "</select> <button type='submit'>curves</button></p></form>")
+            + "</select> <button type='submit'>curves</button> <button type='submit' formaction='/compare'>side by "
+            "side</button></p></form>")
     return page("vevo ui: runs", f"<h1>Runs</h1>{form}", stores)
 
 

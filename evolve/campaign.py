@@ -283,6 +283,7 @@ class Campaign:
         self._pending: list[Batch] = []  # prepared, not yet committed, oldest first (kept in the checkpoint)
         self._generating: dict[int, Future] = {}  # iteration -> its generation in the pool (CONCURRENT proposers)
         self._dirty: set[tuple[str, int]] = set(self.keys)  # islands whose state the next commit must write
+        self._clock = (time.monotonic(), 0.0)  # wall_seconds = now - [0] + [1]: the run's time before this start
 
     # ------------------------------------------------------------------ state
     def _restore(self) -> bool:
@@ -320,6 +321,8 @@ class Campaign:
             if m.iteration <= it:
                 self.health.observe(health.observation(m.iteration, m.data, self.cfg.answers,
                                                        outcomes.get(m.iteration, [])))
+                if isinstance(m.data.get("wall_seconds"), (int, float)):  # the clock continues where it stopped
+                    self._clock = (self._clock[0], float(m.data["wall_seconds"]))
         if loop.get("backend") is not None and has(self.backend, STATE):
             self.backend.load_state(loop["backend"])
         if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
@@ -355,6 +358,7 @@ class Campaign:
 
     def _record(self, iteration: int, groups: list[GroupRecord], programs: list[ProgramRecord], metrics: dict,
                 pending: list[Batch], portfolio: PortfolioRecord | None = None) -> list[int]:
+        metrics["wall_seconds"] = round(time.monotonic() - self._clock[0] + self._clock[1], 3)
         ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending),
                                             portfolio)
         self._dirty.clear()
@@ -591,8 +595,11 @@ class Campaign:
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
         """Run (or continue) until cfg.iterations island steps are recorded or every problem is retired."""
+        self._clock = (time.monotonic(), 0.0)
         if not self._restore():
             self._start()
+        else:  # this start's config: `vevo resume --iterations` may have moved the budget (ui status, curves)
+            self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
         total, depth = self.cfg.iterations, self.cfg.pipeline_depth
         rep, rate = self.reporter, Rate(self.evals_run)
         rep.begin(total, self.iteration)

@@ -10,6 +10,7 @@ from pathlib import Path
 from problems.errors import VevoError
 from problems.registry import discover
 
+from . import liveness
 from .archive import check_archive_file
 from .campaign import Campaign
 from .config import CampaignConfig, config_to_yaml, load_config
@@ -139,7 +140,8 @@ def record_isolation(camp: Campaign, rep: Reporter) -> None:
 
 def _finish(camp: Campaign, progress: bool | Reporter) -> dict:
     try:
-        return camp.run()
+        with liveness.running(camp.run_dir):  # `vevo ui` tells running from killed by it
+            return camp.run()
     finally:
         if camp.reporter is not progress:  # made here from a bool: ours to close
             camp.reporter.close()

@@ -159,6 +159,9 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_ki
             rows.append([(m.iteration, {k: v for k, v in m.data.items() if not k.endswith("_seconds")})
                          for m in arc.metrics_rows()])
     assert rows[0] == rows[1]
+    with Archive(run / "archive.db", readonly=True) as arc:  # the wall clock runs on across the resumes
+        walls = [m.data["wall_seconds"] for m in arc.metrics_rows()]
+    assert walls == sorted(walls)
     if depth > 1:
         assert max(m["staleness"] for _, m in rows[0][1:]) == 1 and sum(m["in_flight_dups"] for _, m in rows[0][1:])
     assert [it for it, _ in rows[1]] == list(range(0, len(rows[1])))  # iteration numbering continues, no gaps

@@ -6,11 +6,15 @@ that nothing from a program or a problem reaches the page unescaped.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sqlite3
 import subprocess
+import threading
+import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -220,3 +224,96 @@ def test_page_renders_in_headless_chromium(runs):
     assert has_colour("ff7f0e") and has_colour("1f77b4"), "the curves figure (matplotlib's C0/C1 lines) did not render"
     assert has_colour("eaa8a8") or has_colour("8fcf8f"), "the problem table's per-test cells did not render"
     print(f"screenshot: {shot}")
+
+    with sqlite3.connect(runs["vpo"] / "archive.db") as c:  # a program page of the report, read offline too
+        first = c.execute("SELECT MIN(id) FROM programs WHERE solved = 1").fetchone()[0]
+    shot = out.parent / "screenshot-program.png"
+    r = subprocess.run(base + [f"--screenshot={shot}", (out / f"run-0-program-{first}.html").as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0 and shot.is_file(), r.stderr[-2000:]
+    img = matplotlib.image.imread(shot)[:, :, :3]
+    assert img.std() > 0.03 and (img < 0.95).any(axis=2).mean() > 0.01  # a text page: ~2% of its pixels ink
+    assert has_colour("8fcf8f"), "the solving program's per-test strip did not render"
+    print(f"screenshot: {shot}")
+
+
+MAIN = re.compile(r"<main id='live'>(.*)</main>", re.S)
+HREF = re.compile(r" href='[^']*'")
+
+
+def main_of(page: str) -> str:
+    """A page's main content without its link targets: a server path in the UI, a file name in the report (or
+    none, for a page the report does not hold: a lineage page)."""
+    return HREF.sub("", MAIN.search(page).group(1))
+
+
+@pytest.fixture(scope="module")
+def ui(runs):
+    """`vevo ui` on the same two runs, served in this process over real HTTP on 127.0.0.1."""
+    from evolve.ui.server import Server
+
+    server = Server({"vpo": [runs["vpo"]], "none": [runs["none"]]}, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield lambda path: urllib.request.urlopen(server.url.rstrip("/") + path, timeout=60).read().decode("utf-8")
+    server.shutdown()
+
+
+def test_report_pages_are_the_ui_pages(runs, ui):
+    """The report's pages are the UI's, written once: the same main content for a program (the first solve and
+    the best), a problem, a run, its training and the curves; the index's tables are the UI's compare page's."""
+    out = runs["out"]
+    solves = first_solves(runs["vpo"])
+    pid = sorted(solves)[0]
+    with sqlite3.connect(runs["vpo"] / "archive.db") as c:
+        first = c.execute("SELECT MIN(id) FROM programs WHERE problem = ? AND solved = 1", (pid,)).fetchone()[0]
+        best = c.execute("SELECT id FROM programs WHERE problem = ? AND status != 'format_error' "
+                         "ORDER BY scalar DESC, id LIMIT 1", (listed(runs["vpo"])[-1],)).fetchone()[0]
+    j = listed(runs["vpo"]).index(pid)
+    pairs = [(f"run-0-program-{first}.html", f"/run/vpo/program/{first}"),
+             (f"run-0-program-{best}.html", f"/run/vpo/program/{best}"),
+             (f"run-0-problem-{j}.html", f"/run/vpo/problem?id={quote(pid, safe='')}"),
+             ("run-0.html", "/run/vpo"), ("run-0-training.html", "/run/vpo/training"),
+             ("run-1.html", "/run/none"), ("curves-evaluations.html", "/curves?x=evaluations")]
+    for name, path in pairs:
+        frozen, served = (out / name).read_text(encoding="utf-8"), ui(path)
+        assert main_of(frozen) == main_of(served), name
+        assert "id='code'" in frozen or "program" not in name
+    index, compare = runs["html"], ui("/compare")
+    for table in ("runs", "problems"):
+        cut = re.compile(rf"<table id='{table}'>.*?</table>", re.S)
+        assert HREF.sub("", cut.search(index).group(0)) == HREF.sub("", cut.search(compare).group(0))
+    assert "<script" in served and "/static/live.js" in served  # the UI's page is live, the report's is not
+
+
+def test_report_files_link_to_each_other_offline(runs):
+    """Every link of every page names a file written next to it (no server path, no script); following links
+    from index.html reaches every page; each problem of each run has its page, and the programs of its best and
+    first solve theirs."""
+    out = runs["out"]
+    pages = {p.name: p.read_text(encoding="utf-8") for p in out.glob("*.html")}
+    seen, todo = set(), ["index.html"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        page = Page(pages[name])
+        assert page.scripts == 0, name
+        for target in re.findall(r"href='([^']*)'", pages[name]):
+            assert re.fullmatch(r"[a-z0-9-]+\.html", target) and target in pages, (name, target)
+            todo.append(target)
+    assert seen == set(pages)
+    for i, run in enumerate((runs["vpo"], runs["none"])):
+        problems = listed(run)
+        assert {f"run-{i}-problem-{j}.html" for j in range(len(problems))} <= set(pages)
+        with sqlite3.connect(run / "archive.db") as c:
+            for pid in problems:
+                ids = [r[0] for r in c.execute(
+                    "SELECT MIN(id) FROM programs WHERE problem = ? AND solved = 1 UNION ALL SELECT id FROM "
+                    "(SELECT id FROM programs WHERE problem = ? AND status != 'format_error' ORDER BY scalar DESC, "
+                    "id LIMIT 1)", (pid, pid)) if r[0] is not None]
+                assert ids and all(f"run-{i}-program-{k}.html" in pages for k in ids), (pid, ids)
+    assert {"curves-iterations.html", "curves-evaluations.html", "curves-wall.html"} <= set(pages)
+    evil = pages[f"run-1-problem-{listed(runs['none']).index('evil/escape')}.html"]
+    assert "<script>alert" not in evil and "&lt;script&gt;alert(&#x27;title&#x27;)" in evil

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import pytest
 from evolve.ui.charts import band, thin
 from evolve.ui.components import e
 
-from tests.campaign_helpers import ROOT, vevo
+from tests.campaign_helpers import ROOT, last_iteration, vevo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -337,10 +338,24 @@ def test_root_serves_every_run_below_it_to_loopback_hosts_only(finished):
         stop(proc)
 
 
-def test_status_follows_the_archive(finished, tmp_path):
-    """finished: budget spent; running: committed lately; crashed: short of its budget and silent."""
-    from evolve.ui.store import IDLE_SECONDS, RunStore
+def _status(folder: Path) -> str:
+    from evolve.ui.store import RunStore
 
+    store = RunStore("run", folder)
+    try:
+        return store.overview()["status"]
+    finally:
+        store.close()
+
+
+def test_status_follows_the_running_file(finished, tmp_path):
+    """finished: budget spent, running.json removed at the end; no file short of the budget: stopped; a file of
+    this host whose process is gone: crashed; a file of another host: judged by the last write (running while
+    it writes, crashed once silent for IDLE_SECONDS)."""
+    from evolve import liveness
+    from evolve.ui.store import IDLE_SECONDS
+
+    assert _status(finished["run"]) == "finished" and not (finished["run"] / liveness.NAME).exists()
     run = tmp_path / "copy"
     run.mkdir()
     with sqlite3.connect(finished["run"] / "archive.db") as src, sqlite3.connect(run / "archive.db") as dst:
@@ -348,19 +363,95 @@ def test_status_follows_the_archive(finished, tmp_path):
         config = json.loads(dst.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
         config["iterations"] = ITERATIONS + 100
         dst.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(config),))
-    def status(name: str, folder: Path) -> str:
-        store = RunStore(name, folder)
-        try:
-            return store.overview()["status"]
-        finally:
-            store.close()
-
-    assert status("orig", finished["run"]) == "finished"
-    assert status("copy", run) == "running"
+    assert _status(run) == "stopped"
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process now
+    (run / liveness.NAME).write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname(),
+                                                 "started": time.time() - 5}))
+    assert _status(run) == "crashed"
+    (run / liveness.NAME).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                 "started": time.time()}))
+    assert _status(run) == "running"
+    (run / liveness.NAME).write_text(json.dumps({"pid": os.getpid(), "host": "another-host.example",
+                                                 "started": time.time()}))
+    assert _status(run) == "running"  # written just now
     old = time.time() - IDLE_SECONDS - 5
     for f in run.iterdir():
         os.utime(f, (old, old))
-    assert status("copy", run) == "crashed"
+    assert _status(run) == "crashed"
+
+
+def test_status_of_a_real_run_killed_interrupted_and_finished(tmp_path):
+    """A real `vevo run`: running while its process lives; crashed after kill -9 (running.json left behind);
+    `vevo resume` running again, then Ctrl-C: stopped (the file removed); resumed to its budget: finished."""
+    from evolve import liveness
+
+    run = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def start(*args: str) -> subprocess.Popen:
+        """Start the campaign and return once it has committed a new iteration."""
+        before = last_iteration(run)
+        p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], cwd=str(ROOT), env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.time() + 180
+        while not (last_iteration(run) > before and (liveness.read(run) or {}).get("pid") == p.pid):
+            assert p.poll() is None, p.stderr.read()[-2000:]
+            assert time.time() < deadline, "the campaign never started its loop"
+            time.sleep(0.05)
+        return p
+
+    p = start("run", "--suite", "pbe", "--proposer", "tiny", "--iterations", "100000", "--answers", "2",
+              "--group", "2", "--seed", "0", "--quiet", "--out", str(run))
+    assert _status(run) == "running"
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert (run / liveness.NAME).exists() and _status(run) == "crashed"
+    p = start("resume", str(run), "--quiet")
+    assert _status(run) == "running"
+    os.killpg(p.pid, signal.SIGINT)  # Ctrl-C in its terminal
+    p.communicate(timeout=120)
+    assert not (run / liveness.NAME).exists() and _status(run) == "stopped"
+    vevo("resume", str(run), "--iterations", str(last_iteration(run) + 1), "--quiet")
+    assert not (run / liveness.NAME).exists() and _status(run) == "finished"
+
+
+def test_wall_axis_is_the_recorded_wall_clock(finished, tmp_path):
+    """Curves by wall time use the campaign's per-iteration wall_seconds; an archive without them falls back to
+    summed generation + evaluation seconds, and the axis says so; drawn with it, a run with a clock is drawn by
+    its summed seconds too."""
+    from evolve.ui import pages
+    from evolve.ui.store import RunStore
+
+    with sqlite3.connect(finished["run"] / "archive.db") as c:
+        rows = [(it, json.loads(d)) for it, d in c.execute("SELECT iteration, data FROM metrics ORDER BY iteration")]
+    walls = [d["wall_seconds"] for _, d in rows]
+    assert walls == sorted(walls) and walls[-1] > 0
+    store = RunStore("camp", finished["run"])
+    try:
+        assert store.wall_clock() and [p[2] for p in store.curve_points()] == walls
+        assert pages.AXES["wall"][1] in pages.curves([store], {"camp": [store]}, "wall")
+    finally:
+        store.close()
+    old = tmp_path / "old"
+    old.mkdir()
+    with sqlite3.connect(finished["run"] / "archive.db") as src, sqlite3.connect(old / "archive.db") as dst:
+        src.backup(dst)
+        dst.execute("UPDATE metrics SET data = json_remove(data, '$.wall_seconds')")
+    store = RunStore("old", old)
+    try:
+        summed = np.cumsum([d.get("gen_seconds", 0.0) + d.get("eval_seconds", 0.0) for _, d in rows])
+        assert not store.wall_clock()
+        assert np.allclose([p[2] for p in store.curve_points()], summed)
+        assert e(pages.SUMMED_LABEL) in pages.curves([store], {"old": [store]}, "wall")
+        new = RunStore("new", finished["run"])
+        try:
+            both = pages.curve_series({"old": [store], "new": [new]}, "wall")
+            assert both["old"][0] == both["new"][0] and np.allclose([p[0] for p in both["new"][0][0]], summed)
+        finally:
+            new.close()
+    finally:
+        store.close()
 
 
 def test_bad_runs_are_one_line_errors(tmp_path):

@@ -53,7 +53,7 @@ pre{background:#f7f7f7;padding:8px;overflow-x:auto;max-width:760px;font-size:12p
 .note{color:#666}summary{cursor:pointer;color:#245}
 nav{margin-bottom:12px;font-size:13px}nav a{margin-right:12px}
 .status-running{color:#1a7f37;font-weight:600}.status-crashed{color:#b42318;font-weight:600}
-.status-finished{color:#555}
+.status-finished{color:#555}.status-stopped{color:#9a6700}
 .diff{max-width:1000px}.diff span{display:block;white-space:pre}.diff .add{background:#e6ffec}.diff .del{background:#ffebe9}
 .diff .hunk{color:#6639ba}
 .heat td.h{padding:0;width:14px;height:14px;border:1px solid #fff}.heat th{font-size:11px;padding:1px 3px}
@@ -120,9 +120,13 @@ def diff_html(old: str, new: str, old_name: str, new_name: str, limit: int = 400
     return f"<pre class='diff' id='diff'><code>{''.join(out)}{more}</code></pre>"
 
 
+def script_tag(src: str) -> str:
+    return f"<script src='{e(src)}' defer></script>"
+
+
 def frame(title: str, body: str, nav: str = "", script: str = "") -> str:
     """A whole page: the shared style sheet, a nav bar, the body inside <main id='live'> (what the UI's live
     script swaps), and an optional same-origin script (the static report has none)."""
-    tag = f"<script src='{e(script)}' defer></script>" if script else ""
+    tag = script_tag(script) if script else ""
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>{e(title)}</title>"
             f"<style>{CSS}</style>{tag}</head>\n<body>{nav}<main id='live'>\n{body}\n</main></body></html>\n")

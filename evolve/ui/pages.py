@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-from ..report import WELL_KNOWN_KEYS, ProblemInfo, training_keys
 from .charts import band, line_chart, lineage_svg, quote_seg, thin
 from .components import by, diff_html, e, fmt, frame, heatmap, test_strip, test_table
+from .info import WELL_KNOWN_KEYS, ProblemInfo, is_number, training_keys
 from .store import CURVE_POINTS, RunStore
 
-AXES = {"iterations": (0, "iteration"), "evaluations": (1, "evaluations"),
-        "wall": (2, "seconds of generation + evaluation")}
+AXES = {"iterations": (0, "iteration"), "evaluations": (1, "evaluations"), "wall": (2, "wall-clock seconds")}
+SUMMED_LABEL = "seconds of generation + evaluation (a run without a recorded wall clock)"
 Info = Callable[[str], ProblemInfo]
+LIVE_SCRIPT = "/static/live.js"
+LIVE_STATE = "<span class='live' id='live-state'>live: connecting…</span>"
 
 
 def run_href(name: str, rest: str = "") -> str:
@@ -20,16 +22,16 @@ def run_href(name: str, rest: str = "") -> str:
 
 
 def _nav(stores: Sequence[RunStore], current: RunStore | None = None) -> str:
-    links = ["<a href='/'>runs</a>", "<a href='/curves'>curves</a>"]
+    links = ["<a href='/'>runs</a>", "<a href='/compare'>compare</a>", "<a href='/curves'>curves</a>"]
     if current is not None:
         base = run_href(current.name)
         links += [f"<b>{e(current.name)}</b>:", f"<a href='{e(base)}'>problems</a>",
                   f"<a href='{e(base)}/lineage'>lineage</a>", f"<a href='{e(base)}/training'>training</a>"]
-    return ("<nav>" + " ".join(links) + " <span class='live' id='live-state'>live: connecting…</span></nav>")
+    return "<nav>" + " ".join(links) + f" {LIVE_STATE}</nav>"
 
 
 def page(title: str, body: str, stores: Sequence[RunStore], current: RunStore | None = None) -> str:
-    return frame(title, body, _nav(stores, current), script="/static/live.js")
+    return frame(title, body, _nav(stores, current), script=LIVE_SCRIPT)
 
 
 # ------------------------------------------------------------------------------------------------ overview
@@ -51,15 +53,17 @@ def overview(stores: Sequence[RunStore], rows: list[dict[str, Any]]) -> str:
     table = f"<table id='runs'>{head}{''.join(body)}</table>"
     form = (f"<form action='/curves' method='get'>{table}<p>compare the selected runs: <select name='x'>"
             + "".join(f"<option value='{k}'>{e(v[1])}</option>" for k, v in AXES.items())
-            + "</select> <button type='submit'>curves</button></p></form>")
+            + "</select> <button type='submit'>curves</button> <button type='submit' formaction='/compare'>side by "
+            "side</button></p></form>")
     return page("vevo ui: runs", f"<h1>Runs</h1>{form}", stores)
 
 
 # ------------------------------------------------------------------------------------------------ curves
 
 def curve_series(groups: dict[str, list[RunStore]], x: str) -> dict[str, list]:
-    """Per label: its runs' (x, solved) and (x, best) points, each thinned; a band when it has several."""
-    xi = AXES[x][0]
+    """Per label: its runs' (x, solved) and (x, best) points, each thinned; a band when it has several. By wall
+    time, when any run lacks the wall clock, every run is drawn by busy seconds, so one axis means one thing."""
+    xi = 5 if axis_label(groups, x) == SUMMED_LABEL else AXES[x][0]
     out: dict[str, list] = {}
     for label, runs in groups.items():
         solved, best = [], []
@@ -71,7 +75,15 @@ def curve_series(groups: dict[str, list[RunStore]], x: str) -> dict[str, list]:
     return out
 
 
-def curves(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: str) -> str:
+def axis_label(groups: dict[str, list[RunStore]], x: str) -> str:
+    """The x label; the wall axis says so when a run's archive predates the recorded wall clock."""
+    if x == "wall" and not all(s.wall_clock() for rs in groups.values() for s in rs):
+        return SUMMED_LABEL
+    return AXES[x][1]
+
+
+def curve_charts(groups: dict[str, list[RunStore]], x: str) -> str:
+    """The two SVG charts (problems solved, mean best score) of the given runs by x."""
     series = curve_series(groups, x)
     charts = []
     for k, (title, integer) in enumerate((("problems solved", True), ("mean best score", False))):
@@ -84,13 +96,16 @@ def curves(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: str
                 b = band(runs)
                 lines.append((f"{label} ({len(runs)} runs)", thin([(p[0], p[1]) for p in b], CURVE_POINTS),
                               [(p[0], p[2], p[3]) for p in thin_band(b)]))
-        charts.append(line_chart(lines, title, AXES[x][1], chart_id=("curve-solved", "curve-best")[k],
+        charts.append(line_chart(lines, title, axis_label(groups, x), chart_id=("curve-solved", "curve-best")[k],
                                  integer_y=integer))
+    return f"<div class='charts'>{''.join(charts)}</div>"
+
+
+def curves(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: str) -> str:
     picks = "".join(f"<a href='{e(_curves_href(groups, k))}'>{e(v[1])}</a> " for k, v in AXES.items())
     note = ("<p class='note'>Runs sharing a name (NAME=RUN given twice) are seeds of one setting: their mean with "
             "the min–max band. x: " + picks + "</p>")
-    return page("vevo ui: curves", f"<h1>Search curves</h1>{note}<div class='charts'>{''.join(charts)}</div>",
-                stores)
+    return page("vevo ui: curves", f"<h1>Search curves</h1>{note}{curve_charts(groups, x)}", stores)
 
 
 def thin_band(b: list[tuple[float, float, float, float]]) -> list[tuple[float, float, float, float]]:
@@ -103,6 +118,109 @@ def thin_band(b: list[tuple[float, float, float, float]]) -> list[tuple[float, f
 def _curves_href(groups: dict[str, list[RunStore]], x: str) -> str:
     runs = "&".join(f"run={quote_seg(s.name)}" for rs in groups.values() for s in rs)
     return f"/curves?{runs}&x={x}" if runs else f"/curves?x={x}"
+
+
+# ------------------------------------------------------------------------------------------------ compare
+
+def compare(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: str, info: Info,
+            title: str = "Compare runs", extra_html: str = "", curve_figure: str | None = None,
+            training_figures: Sequence[tuple[str, str]] = ()) -> str:
+    """Several runs side by side: their table, curves, problems (first solve per run, best program over all)
+    and training diagnostics. `vevo report` writes this page as its index.html, adding `extra_html` (already
+    escaped: the differences between arms) after the curves and its matplotlib PNGs (files next to the page)."""
+    runs = [s for rs in groups.values() for s in rs]
+    rows = [s.overview() for s in runs]
+    head = ("<tr><th>run</th><th>status</th><th>training</th><th>solved</th><th>best (mean)</th><th>iterations</th>"
+            "<th>programs</th><th>evaluations</th><th>training steps</th></tr>")
+    table = "".join(
+        f"<tr data-run='{e(r['name'])}'><td><a href='{e(run_href(r['name']))}'>{e(r['name'])}</a>"
+        f"<div class='title pid'>{e(r['path'])}</div></td><td class='status-{e(r['status'])}'>{e(r['status'])}</td>"
+        f"<td>{e(r['train'])}</td><td>{r['solved']}/{r['problems']}</td><td>{e(fmt(r['best']))}</td>"
+        f"<td>{r['iterations']}</td><td>{r['programs']}</td><td>{r['evaluations']}</td>"
+        f"<td><a href='{e(run_href(r['name'], '/training'))}'>{r['training_steps']}</a></td></tr>" for r in rows)
+    picks = " ".join(f"<a href='{e(_curves_href(groups, k))}'>{e(v[1])}</a>" for k, v in AXES.items())
+    figure = (f"<details><summary>the same as a figure for papers (PNG; band: 95% confidence interval of the "
+              f"mean)</summary><img id='curves' src='{e(curve_figure)}' alt='problems solved and best score by "
+              f"{e(AXES[x][1])}'></details>") if curve_figure else ""
+    body = (f"<h1>{e(title)}</h1><h2>Runs</h2><table id='runs'>{head}{table}</table>"
+            f"<h2>Search curves</h2><p class='note'>Problems solved and mean best score by {e(axis_label(groups, x))}"
+            f"; runs sharing a name (the seeds of an arm) are drawn as their mean with the min–max band. Other axes: "
+            f"{picks}</p>{curve_charts(groups, x)}{figure}\n{extra_html}\n"
+            "<h2>Problems</h2><p class='note'>Per run: the iteration of the first solving program and the policy "
+            "version that proposed it (v0 is the untrained proposer). Best program: the highest score over all "
+            f"runs; hover a test for its case.</p>{_compare_problems(runs, info)}"
+            f"<h2>Training diagnostics</h2>{_compare_training(runs, training_figures)}")
+    return page(f"vevo: {title}", body, stores)
+
+
+def _compare_problems(runs: Sequence[RunStore], info: Info) -> str:
+    per_run = [{p["problem"]: p for p in s.problems()} for s in runs]
+    order = list(dict.fromkeys(pid for d in per_run for pid in d))  # first-seen order
+    head = "".join(f"<th title='{e(s.dir)}'>{e(s.name)}</th>" for s in runs)
+    rows = [f"<table id='problems'><thead><tr><th>problem</th>{head}<th>best program</th></tr></thead><tbody>"]
+    for pid in order:
+        cells, best = [], None
+        for s, d in zip(runs, per_run):
+            p = d.get(pid)
+            href = e(run_href(s.name, f"/problem?id={quote_seg(pid)}"))
+            if p is None:
+                cells.append("<td class='unsolved'>not in run</td>")
+                continue
+            solve = p["solve"]
+            if solve is not None:
+                cells.append(f"<td class='solved'><a href='{href}'>solved at iteration {solve['iteration']}</a><br>"
+                             f"{by(solve['seed'], solve['policy_version'])}</td>")
+            else:
+                cells.append(f"<td class='unsolved'><a href='{href}'>best {e(fmt(p['best']))}</a></td>")
+            top = s.best_program(pid)
+            if top is not None and (best is None or (top.scalar, top.solved) > (best[1].scalar, best[1].solved)):
+                best = (s, top)
+        title = info(pid).title
+        title_html = f"<div class='title'>{e(title)}</div>" if title and title != pid else ""
+        rows.append(f"<tr data-problem='{e(pid)}'><td><span class='pid'>{e(pid)}</span>{title_html}</td>"
+                    f"{''.join(cells)}{_best_cell(best, info(pid).test_labels)}</tr>")
+    return "\n".join(rows) + "</tbody></table>"
+
+
+def _best_cell(best: tuple[RunStore, Any] | None, labels: Sequence[str]) -> str:
+    if best is None:
+        return "<td class='unsolved'>no program</td>"
+    s, p = best
+    err = p.artifacts.get("first_error") or p.artifacts.get("error")
+    err_html = f"<p>first error: <code>{e(err)}</code></p>" if err else ""
+    return (f"<td><div><a href='{e(run_href(s.name, f'/program/{p.id}'))}'>{e(fmt(p.scalar))} · {e(p.status)}</a>"
+            f" · {e(s.name)}, iteration {p.iteration}, {by(p.completion_id is None, p.policy_version)}</div>"
+            f"<div>{test_strip(p.vector, labels)}</div><details><summary>program and per-test results</summary>"
+            f"{err_html}{test_table(p.vector, labels)}<pre><code>{e(p.code)}</code></pre></details></td>")
+
+
+def _compare_training(runs: Sequence[RunStore], figures: Sequence[tuple[str, str]]) -> str:
+    parts = []
+    logs = {s.name: s.training() for s in runs}
+    for s in runs:
+        algo = s.meta()["config"].get("train", {}).get("algo", "none")
+        rows = logs[s.name]
+        if not rows:
+            parts.append(f"<p class='note'>{e(s.name)}: no training (train: {e(algo)})</p>")
+        skipped = [r for r in rows if "skipped" in r.data]
+        if skipped:
+            parts.append(f"<p class='note'>{e(s.name)}: {len(skipped)} steps skipped, last at iteration "
+                         f"{skipped[-1].step}: {e(skipped[-1].data['skipped'])}</p>")
+    keys = training_keys([r for rows in logs.values() for r in rows])
+    charts = []
+    for k in keys:
+        lines = [(name, [(float(r.step), float(r.data[k])) for r in rows if is_number(r.data.get(k))], None)
+                 for name, rows in logs.items() if rows]
+        charts.append(line_chart([ln for ln in lines if ln[1]], k, "iteration", chart_id=f"train-{k}", width=360,
+                                 height=220, step=False))
+    if charts:
+        parts.append(f"<div class='charts'>{''.join(charts)}</div>")
+    elif any(logs.values()):
+        parts.append("<p class='note'>training steps logged no numeric diagnostics</p>")
+    if figures:
+        parts.append("<details><summary>the same as figures for papers (PNG)</summary><div class='grid'>"
+                     + "".join(f"<img src='{e(f)}' alt='{e(k)}'>" for k, f in figures) + "</div></details>")
+    return "\n".join(parts)
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -250,4 +368,4 @@ def training(stores: Sequence[RunStore], s: RunStore) -> str:
     return page(f"vevo ui: training of {s.name}", body, stores, s)
 
 
-__all__ = ["AXES", "overview", "curves", "run_problems", "problem", "lineage", "program", "training"]
+__all__ = ["AXES", "overview", "curves", "compare", "run_problems", "problem", "lineage", "program", "training"]

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..report import ProblemInfo, problem_info
 from . import pages
+from .info import ProblemInfo, problem_info
 from .store import RunStore, UIError
 
 POLL_SECONDS = 0.5  # how often an events stream looks for new commits (two index lookups per run)
@@ -94,13 +94,16 @@ class App:
             return "text/html", pages.overview(stores, [s.overview() for s in stores])
         if parts == ["api", "runs"]:
             return "application/json", json.dumps([s.overview() for s in stores])
-        if parts == ["curves"]:
+        if parts in (["curves"], ["compare"]):
             x = _one(query, "x", "iterations")
             if x not in pages.AXES:
                 raise NotFound
             names = query.get("run") or list(self.stores)
             groups = {label: [s for s in rs if s.name in names] for label, rs in self.groups.items()}
-            return "text/html", pages.curves(stores, {k: v for k, v in groups.items() if v}, x)
+            groups = {k: v for k, v in groups.items() if v}
+            if parts == ["curves"]:
+                return "text/html", pages.curves(stores, groups, x)
+            return "text/html", pages.compare(stores, groups, x, self.info)
         if len(parts) == 2 and parts[0] == "static" and parts[1] in STATIC:
             return STATIC[parts[1]], resources.files(__package__).joinpath("static", parts[1]).read_bytes()
         if len(parts) >= 2 and parts[0] == "run" and parts[1] in self.stores:

@@ -19,10 +19,11 @@ from urllib.parse import quote
 
 from problems.errors import VevoError
 
+from .. import liveness
 from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
 from ..config import nest
 
-# a run that has not committed for this long, short of its budget, is reported as crashed (or killed)
+# a run held by another host that has not committed for this long is reported as crashed
 IDLE_SECONDS = 120.0
 TOP_PROGRAMS = 20  # rows of a problem's heatmap
 LINEAGE_PAGE = 400  # nodes of one lineage page
@@ -53,10 +54,12 @@ class _Curve:
     best: dict[str, float] = field(default_factory=dict)
     solved: set[str] = field(default_factory=set)
     total_best: float = 0.0
-    # one point per iteration: (iteration, evaluations, busy seconds, solved, mean best)
-    points: list[tuple[int, int, float, int, float]] = field(default_factory=list)
+    # one point per iteration: (iteration, evaluations, seconds, solved, mean best, busy seconds)
+    points: list[tuple[int, int, float, int, float, float]] = field(default_factory=list)
     seconds: float = 0.0
+    busy: float = 0.0
     last_iteration: int = -1
+    summed: bool = False  # some iteration had no wall clock (an archive from before it was recorded)
 
 
 class RunStore:
@@ -127,24 +130,35 @@ class RunStore:
                 "version": self.version()}
 
     def status(self, last_it: int | None, solved: int, n_problems: int) -> str:
-        """finished: its iteration budget is spent or every problem solved; running: it committed within the
-        last IDLE_SECONDS (archive or its WAL changed); crashed: neither (killed, crashed or interrupted)."""
+        """From the run folder's running.json (evolve/liveness.py), exact on the run's own machine: running (its
+        process is alive), crashed (the file is left but the process is gone: killed), finished (its iteration
+        budget is spent or every problem solved), stopped (ended short of that: Ctrl-C, an error). A run held
+        by another host is judged by its last write: running if within IDLE_SECONDS, else crashed."""
+        live = liveness.state(self.dir)
+        if live == "running":
+            return "running"
+        if live == "killed":
+            return "crashed"
         budget = self.meta()["config"].get("iterations")
         if (budget is not None and last_it is not None and last_it >= int(budget)) or \
                 (n_problems and solved >= n_problems):
             return "finished"
-        newest = max((p.stat().st_mtime for p in (self.db, Path(f"{self.db}-wal")) if p.exists()), default=0.0)
-        return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
+        if live == "elsewhere":
+            newest = max((p.stat().st_mtime for p in (self.db, Path(f"{self.db}-wal")) if p.exists()), default=0.0)
+            return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
+        return "stopped"
 
     # ------------------------------------------------------------------ curves
-    def curve_points(self) -> list[tuple[int, int, float, int, float]]:
-        """(iteration, evaluations, busy seconds, solved, mean best) after each iteration, as in
-        evolve/curves.py (a listed problem counts 0 until it has a program). Busy seconds: the cumulative
-        generation + evaluation time the loop logged (its wall time when not pipelined)."""
+    def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
+        """(iteration, evaluations, seconds, solved, mean best, busy seconds) after each iteration, as in
+        evolve/curves.py (a listed problem counts 0 until it has a program). Seconds: the wall clock the campaign
+        records per iteration (`wall_seconds`, since the run's first start, across resumes), or busy seconds for
+        an archive without it (`wall_clock()` is then False). Busy seconds: the cumulative generation +
+        evaluation time the loop logged."""
         with self._fold_lock:  # one fold at a time; the queries take the connection lock themselves
             return list(self._fold())
 
-    def _fold(self) -> list[tuple[int, int, float, int, float]]:
+    def _fold(self) -> list[tuple[int, int, float, int, float, float]]:
         c = self._curve
         listed = self.meta()["problems"]
         rows = self.q("SELECT id, problem, iteration, eval_index, scalar, solved FROM programs WHERE id > ? "
@@ -152,10 +166,13 @@ class RunStore:
         secs = self.q("SELECT iteration, data FROM metrics WHERE iteration > ? ORDER BY iteration",
                       (c.last_iteration,))
         n_problems = max(len(set(listed) | set(c.best) | {r[1] for r in rows}), 1)
-        by_it: dict[int, float] = {}
+        by_it: dict[int, tuple[float | None, float]] = {}  # iteration -> (its wall clock, its busy seconds)
         for it, data in secs:
             d = json.loads(data)
-            by_it[it] = float(d.get("gen_seconds") or 0.0) + float(d.get("eval_seconds") or 0.0)
+            wall = d.get("wall_seconds")
+            wall = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
+            c.summed = c.summed or wall is None
+            by_it[it] = (wall, float(d.get("gen_seconds") or 0.0) + float(d.get("eval_seconds") or 0.0))
         points = c.points
         i = 0
         its = sorted(set(by_it) | {r[2] for r in rows})
@@ -170,9 +187,11 @@ class RunStore:
                     c.solved.add(pr)
                 c.last_id = rows[i][0]
                 i += 1
-            c.seconds += by_it.get(it, 0.0)
+            wall, busy = by_it.get(it, (None, 0.0))
+            c.busy += busy
+            c.seconds = wall if wall is not None else c.busy
             evals = rows[i - 1][3] if i else (points[-1][1] if points else 0)
-            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems)
+            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems, c.busy)
             if points and points[-1][0] == it:
                 points[-1] = point
             else:
@@ -180,6 +199,12 @@ class RunStore:
         if secs:
             c.last_iteration = max(c.last_iteration, secs[-1][0])
         return points
+
+    def wall_clock(self) -> bool:
+        """Whether the curves' seconds are the recorded wall clock (else summed generation + evaluation)."""
+        with self._fold_lock:
+            self._fold()
+            return not self._curve.summed
 
     # ------------------------------------------------------------------ problems
     def problems(self) -> list[dict[str, Any]]:
@@ -198,6 +223,12 @@ class RunStore:
             n, best = agg.get(p, (0, None))
             out.append({"problem": p, "programs": n, "best": best, "solve": firsts.get(p)})
         return out
+
+    def best_program(self, pid: str) -> ProgramRow | None:
+        """The problem's highest-scoring program (format errors aside), the earliest on ties: its page's top."""
+        row = self.q("SELECT id FROM programs WHERE problem = ? AND status != 'format_error' "
+                     "ORDER BY scalar DESC, id LIMIT 1", (pid,))
+        return self.archive.program(row[0][0]) if row else None
 
     def has_problem(self, pid: str) -> bool:
         return pid in self.meta()["problems"] or bool(self.q("SELECT 1 FROM programs WHERE problem = ? LIMIT 1",

@@ -181,6 +181,18 @@ def test_ucb_gives_the_improving_member_most_iterations_and_attribution_is_exact
     vevo("report", str(run), "--out", str(tmp_path / "rep"))
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "<table id='proposers'>" in page and "<td>good</td>" in page and "<td>bad</td>" in page
+    # the live UI splits the run by member too (the run's page), and names who solved a problem first
+    from evolve.ui.server import App
+
+    app = App({"run": [run]})
+    try:
+        _, body = app.route("/run/run/", {})
+        assert "<table id='proposers'>" in body and "data-member='good'" in body and "data-member='bad'" in body
+        solved = [r for r in prog if r["solved"] == "True" and r["proposer"]]
+        _, body = app.route("/run/run/problem", {"id": [prog[0]["problem"]]})
+        assert (f"from proposer {solved[0]['proposer']}" in body) if solved else "Not solved yet" in body
+    finally:
+        app.close()
 
 
 def test_fixed_weights_are_honoured_within_a_binomial_bound(tmp_path):

@@ -241,7 +241,21 @@ def run_problems(stores: Sequence[RunStore], s: RunStore, info: Info) -> str:
                     f"{cell}<td>{e(fmt(p['best']))}</td><td>{p['programs']}</td></tr>")
     table = ("<table id='problems'><tr><th>problem</th><th>first solve</th><th>best score</th><th>programs</th>"
              f"</tr>{''.join(rows)}</table>")
-    return page(f"vevo ui: {s.name}", f"<h1>{e(s.name)}</h1><p class='pid'>{e(s.dir)}</p>{table}", stores, s)
+    return page(f"vevo ui: {s.name}", f"<h1>{e(s.name)}</h1><p class='pid'>{e(s.dir)}</p>{proposers(s)}{table}",
+                stores, s)
+
+
+def proposers(s: RunStore) -> str:
+    """The run's split by proposer (portfolio member): what each proposed, improved, solved first and cost."""
+    members = s.members()
+    if not members:
+        return ""
+    rows = "".join(f"<tr data-member='{e(name)}'><td>{e(name)}</td><td>{m['iterations']}</td><td>{m['programs']}</td>"
+                   f"<td>{m['improvements']}</td><td>{m['improvement_rate']:.2f}</td><td>{m['solved_first']}</td>"
+                   f"<td>{m['tokens']}</td><td>{m['gen_seconds']:.1f}</td></tr>" for name, m in members.items())
+    return ("<h2>Proposers</h2><table id='proposers'><tr><th>proposer</th><th>iterations</th><th>programs</th>"
+            "<th>improvements</th><th>per 100 proposals</th><th>solved first</th><th>tokens</th>"
+            f"<th>generation s</th></tr>{rows}</table><h2>Problems</h2>")
 
 
 def problem(stores: Sequence[RunStore], s: RunStore, pid: str, info: Info) -> str:
@@ -250,8 +264,10 @@ def problem(stores: Sequence[RunStore], s: RunStore, pid: str, info: Info) -> st
     prog_href = run_href(s.name, "/program/")
     first = d["first_solve"]
     if first is not None:
+        member = None if first.completion_id is None else s.member_at(first.iteration)
+        who = f" from proposer {e(member)}" if member else ""
         solve = (f"<p>Solved at iteration {first.iteration} by {by(first.completion_id is None, first.policy_version)}"
-                 f" (program <a href='{e(prog_href)}{first.id}'>{first.id}</a>).</p>")
+                 f"{who} (program <a href='{e(prog_href)}{first.id}'>{first.id}</a>).</p>")
     else:
         solve = "<p>Not solved yet.</p>"
     statuses = ", ".join(f"{e(k)} {v}" for k, v in sorted(d["statuses"].items()))

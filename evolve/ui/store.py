@@ -22,6 +22,7 @@ from problems.errors import VevoError
 from .. import liveness
 from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
 from ..config import nest
+from ..portfolio_stats import member_stats
 
 # a run held by another host that has not committed for this long is reported as crashed
 IDLE_SECONDS = 120.0
@@ -82,6 +83,8 @@ class RunStore:
         self._fold_lock = threading.Lock()
         self._curve = _Curve()
         self._meta: dict[str, Any] | None = None
+        self._members: tuple[str, dict[str, dict[str, Any]]] | None = None  # (version, member_stats)
+        self._members_lock = threading.Lock()
 
     def close(self) -> None:
         self.archive.close()
@@ -298,6 +301,23 @@ class RunStore:
                 out.append({"fate": "duplicate", "program_id": None,
                             "detail": "same program (normalised AST) as one already archived or an earlier answer"})
         return out
+
+    # ------------------------------------------------------------------ proposers
+    def members(self) -> dict[str, dict[str, Any]]:
+        """Per portfolio member (evolve/portfolio_stats.py: iterations, programs, improvements, solved first,
+        tokens, generation time); it reads every program, so it is recomputed only when the run committed since."""
+        v = self.version()
+        with self._members_lock:
+            if self._members is None or self._members[0] != v:
+                self._members = (v, member_stats(self.archive))
+            return self._members[1]
+
+    def member_at(self, iteration: int) -> str | None:
+        """The portfolio member that proposed iteration ``iteration`` (None: a seed, or no portfolio table)."""
+        if not self.archive.has_portfolio():
+            return None
+        rows = self.q("SELECT member FROM portfolio WHERE iteration = ?", (iteration,))
+        return str(rows[0][0]) if rows else None
 
     # ------------------------------------------------------------------ training
     def training(self) -> list[TrainingRow]:

@@ -23,6 +23,7 @@ import logging
 import os
 
 from .errors import ExecutorError
+from .netaddr import is_loopback_host
 
 
 def lost_errors() -> tuple[type[BaseException], ...]:
@@ -57,8 +58,7 @@ def host_port(address: str, error: type[Exception] = ExecutorError) -> tuple[str
 def is_loopback(address: str, error: type[Exception] = ExecutorError) -> bool:
     if address == "auto":
         return False
-    host = host_port(address, error)[0]
-    return host == "localhost" or host.startswith("127.") or host == "::1"
+    return is_loopback_host(host_port(address, error)[0])
 
 
 def check_reachable(address: str, timeout: float = 5.0, error: type[Exception] = ExecutorError) -> None:

@@ -524,18 +524,24 @@ def _problems_for(args):
     return probs
 
 
+def _study_setup(args, rep):
+    """`vevo train` / `vevo eval`: their problems and proposer, each step said as it starts."""
+    from proposer.backends import make_backend
+
+    rep.phase("loading problems")
+    probs = _problems_for(args)
+    rep.phase(f"loading proposer {args.proposer}")
+    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
+    rep.phase(f"starting the sandbox ({args.workers} workers)")
+    return probs, backend
+
+
 def cmd_train(args) -> int:
     """stdout: one JSON object per step (the stable interface), then the summary; stderr: progress."""
     with _reporter(args) as rep:
-        rep.phase("loading problems")
-        from proposer.backends import make_backend
-
         from .study import train, trend
 
-        probs = _problems_for(args)
-        rep.phase(f"loading proposer {args.proposer}")
-        backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
-        rep.phase(f"starting the sandbox ({args.workers} workers)")
+        probs, backend = _study_setup(args, rep)
         with _pool(args.workers) as pool:
             hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
                          batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
@@ -551,15 +557,9 @@ def cmd_train(args) -> int:
 
 def cmd_eval(args) -> int:
     with _reporter(args) as rep:
-        rep.phase("loading problems")
-        from proposer.backends import make_backend
-
         from .study import evaluate_proposer
 
-        probs = _problems_for(args)
-        rep.phase(f"loading proposer {args.proposer}")
-        backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
-        rep.phase(f"starting the sandbox ({args.workers} workers)")
+        probs, backend = _study_setup(args, rep)
         with _pool(args.workers) as pool:
             res = evaluate_proposer(backend, probs, pool, k=args.k, m=args.answers, n=args.n, seed=args.seed,
                                     max_tokens=args.max_tokens, reporter=rep)

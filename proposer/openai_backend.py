@@ -35,7 +35,6 @@ Decisions:
 """
 from __future__ import annotations
 
-import ipaddress
 import itertools
 import json
 import os
@@ -49,6 +48,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from evaluators.netaddr import is_loopback_host
 from proposer.base import CONCURRENT, AdapterState, Completion, SamplingParams
 from proposer.errors import BackendError
 
@@ -72,17 +72,6 @@ def normalize_base_url(url: str) -> str:
         raise BackendError(f"openai: bad server URL {url!r} (expected http(s)://host:port/v1)")
     path = parts.path.rstrip("/") or "/v1"
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-
-
-def _is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _HTTPFailure(Exception):
@@ -122,7 +111,7 @@ class OpenAIBackend(AdapterState):
         self.name = name or f"openai:{self.base_url}"
         self._api_key = os.environ.get(api_key_env) if api_key_env else None
         host = urllib.parse.urlsplit(self.base_url).hostname
-        handlers: list[Any] = [urllib.request.ProxyHandler({})] if _is_loopback(host) else []
+        handlers: list[Any] = [urllib.request.ProxyHandler({})] if is_loopback_host(host) else []
         self._opener = urllib.request.build_opener(*handlers)
         self._lock = threading.Lock()
         self._calls = 0

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from evaluators import landlock, sandbox, seccomp
+from tests.conftest import processes_of_uid
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = Path(__file__).resolve().parent / "sandbox_user_driver.py"
@@ -72,20 +73,9 @@ def shared_dir():
     subprocess.run(["rm", "-rf", str(d)])
 
 
-def _processes(uid: int) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                if os.stat(f"/proc/{d}").st_uid == uid:
-                    out.append(int(d))
-            except OSError:
-                pass
-    return out
-
 
 def _kill_all(uid: int) -> None:
-    for pid in _processes(uid):
+    for pid in processes_of_uid(uid):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -232,16 +222,16 @@ def _check_contained(out: dict, u, home_before: dict, bystander: subprocess.Pope
     assert _tmp_of(u.pw_uid) == []
     assert bystander.poll() is None, "the candidate killed a process of the user outside the sandbox"
     deadline = time.monotonic() + 5
-    while set(_processes(u.pw_uid)) - {sleeper_pid} and time.monotonic() < deadline:
+    while set(processes_of_uid(u.pw_uid)) - {sleeper_pid} and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = set(_processes(u.pw_uid)) - {sleeper_pid}
+    left = set(processes_of_uid(u.pw_uid)) - {sleeper_pid}
     assert not left, [open(f"/proc/{p}/cmdline", "rb").read() for p in left if os.path.exists(f"/proc/{p}")]
 
 
 def _sleeper_pid(u, bystander: subprocess.Popen) -> int:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        for p in _processes(u.pw_uid):
+        for p in processes_of_uid(u.pw_uid):
             try:
                 if open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep\0900"):
                     return p
@@ -362,17 +352,17 @@ def test_killing_the_orchestrator_mid_evaluation_leaves_no_process_of_the_user(u
                             stderr=subprocess.DEVNULL, cwd="/")
     try:
         deadline = time.monotonic() + 60
-        while len(_processes(u.pw_uid)) < 5 and time.monotonic() < deadline:  # driver, launcher, worker, 2 more
+        while len(processes_of_uid(u.pw_uid)) < 5 and time.monotonic() < deadline:  # driver, launcher, worker, 2 more
             time.sleep(0.05)
-        assert len(_processes(u.pw_uid)) >= 5, _processes(u.pw_uid)
+        assert len(processes_of_uid(u.pw_uid)) >= 5, processes_of_uid(u.pw_uid)
         time.sleep(0.3)
-        driver = [p for p in _processes(u.pw_uid) if b"sandbox_user_driver" in open(f"/proc/{p}/cmdline", "rb").read()]
+        driver = [p for p in processes_of_uid(u.pw_uid) if b"sandbox_user_driver" in open(f"/proc/{p}/cmdline", "rb").read()]
         assert len(driver) == 1, driver
         os.kill(driver[0], signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while _processes(u.pw_uid) and time.monotonic() < deadline:
+        while processes_of_uid(u.pw_uid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _processes(u.pw_uid) == []
+        assert processes_of_uid(u.pw_uid) == []
     finally:
         proc.kill()
         _kill_all(u.pw_uid)

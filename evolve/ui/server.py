@@ -10,7 +10,6 @@ request names a path on disk. Pages send a Content-Security-Policy that allows o
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import secrets
 import signal
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from evaluators.netaddr import is_loopback_host
+
 from . import pages
 from .info import ProblemInfo, problem_info
 from .store import RunStore, UIError
@@ -33,15 +34,6 @@ STATIC = {"live.js": "application/javascript; charset=utf-8"}
 CSP = ("default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 COOKIE = "vevo_token"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class NotFound(Exception):
@@ -210,7 +202,7 @@ def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             url = urlsplit(self.path)
             query = parse_qs(url.query, keep_blank_values=True)
-            if app.token is None and not is_loopback(_host_name(self.headers.get("Host", ""))):
+            if app.token is None and not is_loopback_host(_host_name(self.headers.get("Host", ""))):
                 # served without a token only to this machine: a page elsewhere that rebinds its DNS name to
                 # 127.0.0.1 still sends its own name as Host, and is refused
                 self._send(403, "text/plain", b"403: Host must be a loopback name without a token\n")
@@ -273,7 +265,7 @@ class Server:
 
     def __init__(self, runs: dict[str, list[str | Path]], host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None):
-        if token is None and not is_loopback(host):
+        if token is None and not is_loopback_host(host):
             token = secrets.token_urlsafe(24)
         self.app = App(runs, token)
         try:

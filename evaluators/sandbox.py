@@ -18,6 +18,7 @@ import os
 from problems.errors import VevoError
 
 from . import cgroups, landlock, seccomp
+from .forked import in_child
 
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC = \
@@ -28,26 +29,6 @@ OPT_IN = "--unsafe-no-sandbox (config sandbox.unsafe_no_sandbox: true)"
 class SandboxUnavailable(VevoError):
     """No layer that confines candidates is available and the user did not accept running them unconfined."""
 
-
-def _in_child(fn) -> str:
-    """Run fn() (returns '' or an error) in a forked child; its answer."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            try:
-                err = fn()
-            except BaseException as e:  # noqa: BLE001 - whatever happened is the answer
-                err = f"{type(e).__name__}: {e}"
-            os.write(w, (err or "").encode()[:1000])
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        out = fh.read().decode(errors="replace")
-    os.waitpid(pid, 0)
-    return out
 
 
 def _sysctl(name: str) -> str | None:
@@ -86,7 +67,7 @@ def _userns_attempt() -> str:
 
 def userns_probe() -> tuple[bool, str]:
     """Can an ordinary process here build the jail in a user namespace of its own? (ok, reason)."""
-    err = _in_child(_userns_attempt)
+    err = in_child(_userns_attempt)
     if not err:
         return True, "unshare(user, mount, pid, net, ipc) and tmpfs mounts work"
     for name, bad in (("kernel.apparmor_restrict_unprivileged_userns", "1"), ("user.max_user_namespaces", "0"),

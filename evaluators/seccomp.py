@@ -20,6 +20,8 @@ import ctypes
 import os
 import platform
 
+from .forked import in_child
+
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
 RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 EPERM, ENOSYS = 1, 38
@@ -152,20 +154,14 @@ def probe() -> tuple[bool, str]:
     f = Filter()
     if not f.ok:
         return False, f.reason
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            err = f.load()
-            if not err:  # the filter works: ptrace must now fail with EPERM
-                err = "" if _libc.syscall(TABLES[arch()][1]["ptrace"], 0, 0, 0, 0) == -1 and \
-                    ctypes.get_errno() == EPERM else "filter loaded but ptrace was not refused"
-            os.write(w, err.encode()[:512])
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r, "rb") as fh:
-        err = fh.read().decode(errors="replace")
-    os.waitpid(pid, 0)
+
+    def attempt() -> str:
+        err = f.load()
+        if err:
+            return err
+        # the filter works: ptrace must now fail with EPERM
+        return "" if _libc.syscall(TABLES[arch()][1]["ptrace"], 0, 0, 0, 0) == -1 and \
+            ctypes.get_errno() == EPERM else "filter loaded but ptrace was not refused"
+
+    err = in_child(attempt)
     return (not err), (err or f"{len(program(arch()))} BPF instructions, {len(DENIED)} calls refused")

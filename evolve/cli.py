@@ -447,20 +447,24 @@ def _labelled_runs(runs: list[str], labels: list[str]) -> dict[str, list[str]]:
     from .arms import expand
 
     out: dict[str, list[str]] = {}
-    specs = [(r, False) for r in runs] + [(spec, True) for spec in labels]
-    for spec, must_name in specs:
-        if "=" in spec and (must_name or not Path(spec).exists()):
-            name, path = spec.split("=", 1)
-            if not name:
-                raise UserError(f"{spec!r}: empty label, expected NAME=RUN")
-        elif must_name:
-            raise UserError(f"--label {spec!r}: expected NAME=RUN")
-        else:
-            name, path = Path(spec).resolve().name, spec
+    for spec, must_name in [(r, False) for r in runs] + [(spec, True) for spec in labels]:
+        name, path = _run_spec(spec, must_name)
         out.setdefault(name, []).extend(str(p) for p in expand(path))  # a seeds folder: each seed a run
     if not out:
         raise UserError("no runs given")
     return out
+
+
+def _run_spec(spec: str, must_name: bool = False) -> tuple[str, str]:
+    """(label, folder) of one RUN or NAME=RUN argument; a folder whose name holds '=' is taken as a folder."""
+    if "=" in spec and (must_name or not Path(spec).exists()):
+        name, path = spec.split("=", 1)
+        if not name:
+            raise UserError(f"{spec!r}: empty label, expected NAME=RUN")
+        return name, path
+    if must_name:
+        raise UserError(f"--label {spec!r}: expected NAME=RUN")
+    return Path(spec).resolve().name, spec
 
 
 def cmd_curves(args) -> int:
@@ -482,8 +486,8 @@ def cmd_curves(args) -> int:
 
 
 def _first_folder(args) -> Path:
-    spec = (list(args.runs) + list(args.label))[0]
-    return Path(spec.split("=", 1)[1] if "=" in spec and not Path(spec).exists() else spec)
+    """The first folder given (a seeds folder itself, not its seed-0): where outputs go by default."""
+    return Path(_run_spec((list(args.runs) + list(args.label))[0])[1])
 
 
 def cmd_report(args) -> int:

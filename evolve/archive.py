@@ -782,12 +782,13 @@ class Archive:
         """One plain row per evaluated program, in id order: what two runs of the same seed must agree on.
         ``proposer``: the portfolio member that proposed it ("" for seed programs and archives before portfolios).
         ``detail`` adds what people read (``vevo export``): id, parent_id (None for seeds), code, error."""
-        cols = "id, problem, island, iteration, status, scalar, solved, vector, code_hash, parent_ids, code, artifacts"
+        cols = ["id", "problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash"]
+        cols += ["parent_ids", "code", "artifacts"] if detail else ["NULL", "NULL", "NULL"]  # code only when asked
         if self.has_portfolio():
-            sql = (f"SELECT {', '.join('p.' + c.strip() for c in cols.split(','))}, COALESCE(f.member, '') "
+            sql = (f"SELECT {', '.join(c if c == 'NULL' else 'p.' + c for c in cols)}, COALESCE(f.member, '') "
                    "FROM programs p LEFT JOIN portfolio f ON f.iteration = p.iteration ORDER BY p.id")
         else:
-            sql = f"SELECT {cols}, '' FROM programs ORDER BY id"
+            sql = f"SELECT {', '.join(cols)}, '' FROM programs ORDER BY id"
         rows = []
         for pid, p, isl, it, st, s, sv, v, h, parents, code, arts, m in self._query(sql):
             row = {"problem": p, "island": isl, "iteration": it, "status": st, "scalar": float(s),

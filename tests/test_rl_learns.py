@@ -37,4 +37,5 @@ def ratio_of_rewards(pool, lr: float) -> tuple[float, list[float]]:
 def test_vpo_on_one_problem_raises_the_batch_reward(pool, lr, learns):
     ratio, rewards = ratio_of_rewards(pool, lr)
     detail = f"last {WINDOW} / first {WINDOW} steps = {ratio:.2f}; rewards {np.round(rewards, 3).tolist()}"
+    print(f"lr {lr}: {detail}")  # `pytest -s` shows the measured numbers
     assert (ratio >= FACTOR) == learns, detail

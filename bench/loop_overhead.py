@@ -717,6 +717,25 @@ def rss_bytes(field: str = "VmRSS") -> int:
     return 0
 
 
+def _ast_key(code: str) -> tuple[str, str]:
+    """``normalized_hash``'s key of a problem's program template, split around the sentinel constant: the program
+    whose constant is k has the key head + repr(k) + tail (checked against ``normalized_hash``), which spares
+    parsing a million programs that differ in one number."""
+    import ast
+
+    from proposer import mutate
+
+    tree = ast.parse(code)
+    if "'" in code or '"' in code:
+        mutate._strip_docstrings(tree)
+    out = ["ast:"]
+    mutate._dump(tree, out)
+    head, sep, tail = "\x00".join(out).partition(repr(SCALE_SENTINEL))
+    if not sep or repr(SCALE_SENTINEL) in tail:
+        raise RuntimeError("the program template must hold the sentinel constant once")
+    return head, tail
+
+
 def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PROBLEMS, depth: int = 1,
                   m: int = 4, group: int = 2, islands: int = 2, seed: int = 0, chunk: int = 4_000) -> dict:
     """Write the archive (and checkpoint) a campaign over ``n_problems`` with the instant backend and the hash
@@ -727,7 +746,9 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     (capacity, per-test elites), visited round robin as ``Campaign`` does; the ``state`` table holds every
     island's members and RNG and the loop's cursor (with the backend's counter), as a checkpoint would.
     Not simulated: migration (islands exchange nothing) and selection (parents and inspirations are drawn
-    uniformly from the island). Returns what it wrote."""
+    uniformly from the island; an island takes its new programs 20 iterations at a time, which ``add_many`` keeps
+    as adding them one by one would). Returns what it wrote."""
+    import hashlib
     import random
     import sqlite3
 
@@ -761,10 +782,11 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     member = member_name(cfg.proposer)
     sp = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                         max_tokens=cfg.sampling.max_tokens).to_dict()
-    template, prompt, d = {}, {}, {}
+    template, prompt, d, astkey = {}, {}, {}, {}
     for p in probs:  # the code a fresh answer gives once applied to the parent; a prompt of the usual size
         (ans,) = parse_answers(format_answers([PROGRAM.format(k=SCALE_SENTINEL)]), 1)
         template[p.id] = apply_answer(p.seed_code, ans)
+        astkey[p.id] = _ast_key(template[p.id])
         d[p.id] = max(p.n_tests, 1)
         prompt[p.id] = build_prompt(PromptContext(problem_id=p.id, description=p.description, parent_code=p.seed_code,
                                                   parent_vector=[0.5] * p.n_tests,
@@ -777,11 +799,10 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     rows_p, rows_g, rows_c, rows_m, rows_f = [], [], [], [], []
 
     def program_row(pid: int, problem: str, isl: int, it: int, parents: list[int], code: str, vec: list[float],
-                    completion_id, answer_index) -> tuple:
+                    completion_id, answer_index, ast_hash: str) -> tuple:
         scalar = sum(vec) / len(vec)
         return (pid, problem, isl, it, ar._dumps_numbers(parents), code, ar.code_hash(code), ar._dumps_numbers(vec),
-                scalar, 0, "wrong", ar._dumps({"ast_hash": normalized_hash(code)}), 0, completion_id, answer_index,
-                pid, 0)
+                scalar, 0, "wrong", ar._dumps({"ast_hash": ast_hash}), 0, completion_id, answer_index, pid, 0)
 
     def flush() -> None:
         conn.execute("BEGIN")
@@ -802,13 +823,14 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
 
     for i, p in enumerate(probs, 1):  # iteration 0: the seeds
         vec = hash_vector(p.seed_code, d[p.id])
-        rows_p.append(program_row(i, p.id, -1, 0, [], p.seed_code, vec, None, None))
+        rows_p.append(program_row(i, p.id, -1, 0, [], p.seed_code, vec, None, None, normalized_hash(p.seed_code)))
         remember(i, p.seed_code, vec)
         baseline[p.id] = cache[i].scalar
         for k in range(islands):
             island[(p.id, k)].members.append(i)
     rows_m.append((0, ar._dumps({"seeds": n_problems, "eval_seconds": 0.0, "solved": 0, "wall_seconds": 0.0})))
     next_id, counter, comp_id = n_problems + 1, 0, 0
+    waiting: dict[tuple[str, int], list[int]] = {k: [] for k in keys}  # new programs an island has yet to take
     for t in range(1, iterations + 1):
         key = keys[(t - 1) % len(keys)]
         pid_, isl = key
@@ -826,7 +848,10 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
                 code = template[pid_].replace(str(SCALE_SENTINEL), str(counter + ai))
                 vec = hash_vector(code, d[pid_])
                 vecs.append(vec)
-                rows_p.append(program_row(next_id, pid_, isl, t, [parent] + insp, code, vec, comp_id, ai))
+                h = hashlib.sha256((astkey[pid_][0] + repr(counter + ai) + astkey[pid_][1]).encode()).hexdigest()
+                if t <= len(keys):  # each template's key checked once
+                    assert h == normalized_hash(code), "the template's AST key does not give normalized_hash"
+                rows_p.append(program_row(next_id, pid_, isl, t, [parent] + insp, code, vec, comp_id, ai, h))
                 remember(next_id, code, vec)
                 children.append((vec, cache[next_id].scalar, "wrong"))
                 new.append(next_id)
@@ -836,7 +861,10 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
             rows_c.append((comp_id, t, c, text, ar._dumps(answers),
                            "[" + ",".join(ar._dumps_numbers(v) for v in vecs) + "]", None, None, None, 0,
                            ar._dumps(sp), "stop"))
-        island[key].add_many(new, cache, capacity)
+        waiting[key] += new
+        if len(waiting[key]) >= 20 * per or t > iterations - len(keys):  # and each island's last visit
+            island[key].add_many(waiting[key], cache, capacity)
+            waiting[key] = []
         touched[key] = t
         pm = cache[parent]
         reward = batch_reward(pm.vector, pm.scalar, baseline[pid_], children)
@@ -849,7 +877,7 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
         rows_f.append((t, member, 0, reward, ar._dumps({})))
         if t % chunk == 0:
             flush()
-            live = {x for isl_ in island.values() for x in isl_.members}
+            live = {x for isl_ in island.values() for x in isl_.members} | {x for w in waiting.values() for x in w}
             cache = {x: v for x, v in cache.items() if x in live}
     flush()
     seqs = np.random.SeedSequence(seed).spawn(len(keys))  # the streams a fresh campaign starts with

@@ -664,6 +664,47 @@ class Archive:
             sql += " WHERE " + " AND ".join(where)
         return [_program_row(r) for r in self._query(sql + " ORDER BY id", params)]
 
+    def programs_by_id(self, ids: Sequence[int], chunk: int = 500) -> list[ProgramRow]:
+        """The programs with these ids, in id order (unknown ids are skipped)."""
+        ids = sorted(set(ids))
+        out: list[ProgramRow] = []
+        for i in range(0, len(ids), chunk):
+            part = ids[i:i + chunk]
+            out += [_program_row(r) for r in self._query(
+                f"SELECT {_PROGRAM_COLS} FROM programs WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part)]
+        return out
+
+    def restore_rows(self, through: int, page: int = 20_000) -> Iterator[tuple]:
+        """(id, problem, island, iteration, scalar, solved, status, artifacts, ast_hash, code) of each program of
+        iterations <= through, in id order, read by pages of ids (no read transaction outlives a page). Only what a
+        restore needs is decoded: artifacts only where they hold an error line's keys (else {}), code only where
+        the artifacts lack the ast hash (archives from before it was kept there; else None)."""
+        last = 0
+        while True:
+            rows = self._query(
+                "SELECT id, problem, island, iteration, scalar, solved, status, "
+                "CASE WHEN instr(artifacts, '\"error\"') OR instr(artifacts, '\"first_error\"') "
+                "OR instr(artifacts, '\"exit\"') THEN artifacts END, json_extract(artifacts, '$.ast_hash'), "
+                "CASE WHEN COALESCE(json_extract(artifacts, '$.ast_hash'), '') = '' THEN code END "
+                "FROM programs WHERE id > ? AND iteration <= ? ORDER BY id LIMIT ?", (last, through, page))
+            for r in rows:
+                yield r[:7] + ({} if r[7] is None else json.loads(r[7]),) + r[8:]
+            if len(rows) < page:
+                return
+            last = rows[-1][0]
+
+    def metrics_pages(self, through: int, page: int = 5_000) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(iteration, data) of each metrics row through ``through``, in order, read by pages."""
+        last = -1
+        while True:
+            rows = self._query("SELECT iteration, data FROM metrics WHERE iteration > ? AND iteration <= ? "
+                               "ORDER BY iteration LIMIT ?", (last, through, page))
+            for it, d in rows:
+                yield it, json.loads(d)
+            if len(rows) < page:
+                return
+            last = rows[-1][0]
+
     def count_programs(self) -> int:
         return self._query("SELECT COUNT(*) FROM programs")[0][0]
 
@@ -701,6 +742,14 @@ class Archive:
             return []
         return [PortfolioRow(i, m, v, float(r), json.loads(d)) for i, m, v, r, d in self._query(
             "SELECT iteration, member, policy_version, reward, data FROM portfolio ORDER BY iteration")]
+
+    def portfolio_rewards(self, through: int) -> list[tuple[int, str, float]]:
+        """(iteration, member, reward) of each iteration through ``through``: what a resumed portfolio learns
+        from, without the bandit states."""
+        if not self.has_portfolio():
+            return []
+        return [(i, m, float(r)) for i, m, r in self._query(
+            "SELECT iteration, member, reward FROM portfolio WHERE iteration <= ? ORDER BY iteration", (through,))]
 
     def groups_by_id(self, ids: list[int]) -> list[GroupRow]:
         """Groups with their completions, in the order of ``ids`` (unknown ids are skipped)."""

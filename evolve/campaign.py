@@ -55,6 +55,7 @@ from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, Pr
 from .config import CampaignConfig
 from .islands import Island, Member
 from .portfolio import Arm, Portfolio, batch_reward
+from .program_cache import HashIndex, MemberCache, live_ids, load_member, member_of, replay
 from .progress import Rate, Reporter, as_reporter
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
@@ -273,8 +274,9 @@ class Campaign:
         seqs = np.random.SeedSequence(cfg.seed).spawn(len(self.keys))
         self.rngs = {key: np.random.default_rng(s) for key, s in zip(self.keys, seqs)}
         self.islands = {key: Island(key[0], key[1]) for key in self.keys}
-        self.cache: dict[int, Member] = {}
-        self.known: dict[str, dict[str, int]] = {pid: {} for pid in self.order}  # ast hash → program id
+        self.cache = MemberCache(lambda pid: load_member(self.archive, pid),  # members in use, not every program
+                                 lambda: live_ids(self.islands.values(), self._pending))
+        self.known = {pid: HashIndex() for pid in self.order}  # ast hash → program id
         self.solved: dict[str, int] = {}
         self.next_key = 0
         self.iteration = -1  # last committed
@@ -299,16 +301,11 @@ class Campaign:
         for pid in loop["problems"]:
             if pid not in self.problems:
                 raise ResumeError(f"run was started with problem {pid!r}, which is not available now")
-        outcomes: dict[int, list[health.Outcome]] = {}
-        for row in self.archive.programs():
-            if row.problem not in self.problems or row.iteration > it:
-                continue
-            outcomes.setdefault(row.iteration, []).append(_outcome(row.problem, row.evaluation))
-            self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
-            if row.island == -1:
-                self.baseline.setdefault(row.problem, float(row.scalar))
-            if row.solved:
-                self.solved.setdefault(row.problem, row.iteration)  # rows come in id order: the first is earliest
+        # dedupe index, best scores, baselines, first solves; the health monitor sees the same iterations again
+        done = replay(self.archive, it, self.problems, self.known, self.health, self.cfg.answers)
+        self.best, self.baseline, self.solved = done.best, done.baseline, done.solved
+        if done.wall_seconds is not None:  # the clock continues where it stopped
+            self._clock = (self._clock[0], done.wall_seconds)
         for key in self.keys:
             entry = st.get(_state_key(key))
             if entry is None:
@@ -317,12 +314,6 @@ class Campaign:
             self.rngs[key].bit_generator.state = entry["rng"]
         self.next_key = loop["next_key"]
         self.iteration = it
-        for m in self.archive.metrics_rows():  # the health monitor sees the same iterations again, silently
-            if m.iteration <= it:
-                self.health.observe(health.observation(m.iteration, m.data, self.cfg.answers,
-                                                       outcomes.get(m.iteration, [])))
-                if isinstance(m.data.get("wall_seconds"), (int, float)):  # the clock continues where it stopped
-                    self._clock = (self._clock[0], float(m.data["wall_seconds"]))
         if loop.get("backend") is not None and has(self.backend, STATE):
             self.backend.load_state(loop["backend"])
         if loop.get("policy_version") is not None and has(self.backend, VERSIONED):
@@ -330,10 +321,11 @@ class Campaign:
         for name, st in (loop.get("members") or {}).items():
             if name in self.members and st is not None and has(self.members[name][1], STATE):
                 self.members[name][1].load_state(st)
-        self.portfolio.restore([(r.iteration, r.member, r.reward) for r in self.archive.portfolio_rows()], it)
+        self.portfolio.restore(self.archive.portfolio_rewards(it), it)
         pending = loop.get("pending") or []
         pending = [pending] if isinstance(pending, dict) else pending  # runs of depth <= 1 kept one batch
         self._pending = [Batch.from_dict(b) for b in pending]
+        self.cache.load_many(live_ids(self.islands.values(), self._pending), self.archive)
         for b in self._pending:  # prepared, in generation when the run stopped: the same prompt and seed again,
             if not b.generated:  # before a training step due at this checkpoint publishes a newer policy
                 self.generate(b)
@@ -367,12 +359,7 @@ class Campaign:
     def _remember(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str | None) -> None:
         if ev.status == "format_error":
             return
-        named = feedback.named_metrics(ev.artifacts)
-        self.cache[pid] = Member(vector=np.asarray(ev.vector, dtype=float), scalar=float(ev.scalar),
-                                 code_len=len(code), solved=ev.solved, code=code, status=ev.status,
-                                 stderr=str(ev.artifacts.get("stderr", ""))[-400:],
-                                 names=named[0] if named else None, metrics=named[1] if named else None,
-                                 feedback=feedback.feedback(ev.artifacts) if named else None)
+        self.cache[pid] = member_of(code, ev)
         self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
         self.best[problem] = max(self.best.get(problem, -math.inf), float(ev.scalar))
 

@@ -74,3 +74,45 @@ def test_window_helpers(lo):
     assert lo.window_samples(sizes, vals, 1000) == [5.0]          # 666.7 .. min(1500, 1000)
     assert lo.window_samples(sizes, vals, 10_000) == []           # never reached
     assert lo.window_samples(sizes, [None, 2.0, None, 4.0, 5.0], 100) == [2.0]
+
+
+def test_synthetic_archive_looks_like_a_campaigns_and_resumes(lo, tmp_path):
+    """--archive-sizes: the bulk-written archive holds what a campaign of the same shape writes (rows, metrics
+    keys, hashes, a checkpoint per island), and a campaign resumed on it continues it: new ids after the last,
+    every proposal fresh, restore and per-iteration timings and RSS reported."""
+    from evolve.archive import Archive
+    from proposer.mutate import normalized_hash
+
+    run = tmp_path / "synth"
+    info = lo.build_archive(run, 300, n_problems=3, chunk=7)
+    per, iters = 8, -(-(300 - 3) // 8)
+    assert info["programs"] == 3 + per * iters and info["iterations"] == iters
+    real = lo.run_vevo(tmp_path / "real", 60, 1, n_problems=3)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows = a.programs()
+        assert [r.id for r in rows] == list(range(1, info["programs"] + 1))
+        assert all(r.artifacts["ast_hash"] == normalized_hash(r.code) for r in rows)
+        assert len({r.artifacts["ast_hash"] for r in rows}) == len(rows)
+        metrics = a.metrics_rows()
+        assert [m.iteration for m in metrics] == list(range(iters + 1))
+        assert set(metrics[1].data) == set(real["metrics"][1].data)
+        assert set(metrics[0].data) == set(real["metrics"][0].data)
+        groups = a.recent_groups(iters)
+        assert len(groups) == iters and all(len(g.completions) == 2 for g in groups)
+        for g in groups[:5]:
+            kids = [r for r in rows if r.iteration == g.iteration]
+            assert [c.answer_vectors for c in g.completions] == [[r.vector for r in kids[:4]], [r.vector for r in kids[4:]]]
+            assert all(r.parent_ids[0] == g.parent_id for r in kids)
+        it, state = a.checkpoint()
+        assert it == iters and state["loop"]["backend"]["counter"] == per * iters
+        for p in lo.scale_problems(3):
+            for k in range(2):
+                members = state[f"island/{k}/{p.id}"]["members"]
+                assert 0 < len(members) <= 40 and all(rows[m - 1].problem == p.id for m in members)
+        assert len(a.portfolio_rows()) == iters
+    r = lo.run_resumed(run, 20, 1, 3)
+    assert r["iterations"] == 20 and len(r["ms"]) == len(r["cpu_ms"]) == 20
+    assert r["restore_s"] > 0 and r["rss_end"] >= r["rss_base"] > 0
+    with Archive(run / "archive.db", readonly=True) as a:
+        assert a.count_programs() == info["programs"] + 20 * per  # every proposal was new
+        assert a.last_iteration() == iters + 20

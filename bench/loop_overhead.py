@@ -871,7 +871,7 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
         best = max(cache[x].scalar for x in island[key].members)
         rows_m.append((t, ar._dumps({"problem": pid_, "island": isl, "parent": parent, "staleness": 0,
                                      "completions": group, "candidates": per, "duplicates": 0, "format_errors": 0,
-                                     "solved": 0, "best_scalar": best, "gen_seconds": 0.0, "eval_seconds": 0.0,
+                                     "solved": 0, "best_scalar": best, "gen_seconds": 0.0, "gen_tokens": 0, "eval_seconds": 0.0,
                                      "migrated": 0, "policy_version": 0, "in_flight_dups": 0,
                                      "wall_seconds": round(t * 1e-3, 3)})))
         rows_f.append((t, member, 0, reward, ar._dumps({})))

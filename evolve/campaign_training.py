@@ -63,7 +63,7 @@ def score_matrices(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int],
 
 
 class CampaignTrainer:
-    """Called by the campaign after each committed iteration (``on_iteration``)."""
+    """The campaign's `TrainerHook` (evolve/hooks.py): `due`, then the call, after each committed iteration."""
 
     def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend, member: str | None = None):
         """``member``: in a proposer portfolio, the trained member's name; it learns from its own groups only."""

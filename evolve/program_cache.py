@@ -121,6 +121,9 @@ class HashIndex:
     def get(self, h: str, default: int | None = None) -> int | None:
         return self._d.get(self._key(h), default)
 
+    def __getitem__(self, h: str) -> int:
+        return self._d[self._key(h)]
+
     def setdefault(self, h: str, pid: int) -> int:
         return self._d.setdefault(self._key(h), pid)
 

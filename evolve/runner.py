@@ -109,15 +109,14 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
             if own_pool:
                 evaluator.close()
             raise
-    on_iteration = None
+    trainer = None
     if cfg.train.algo != "none":
         from .campaign_training import CampaignTrainer
 
         trained = next((m.name for m in cfg.proposers if m.train), None)
         rep.phase(f"preparing the trainer ({cfg.train.algo}, {'LoRA' if cfg.train.lora else 'full'})")
-        on_iteration = CampaignTrainer(cfg, run_dir, backend, member=trained)
-    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, on_iteration=on_iteration,
-                    members=members)
+        trainer = CampaignTrainer(cfg, run_dir, backend, member=trained)
+    camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, trainer=trainer, members=members)
     camp.archive.set_meta("skipped_problems", json.dumps(skipped))
     camp._own_pool = own_pool  # type: ignore[attr-defined]
     record_isolation(camp, rep)

@@ -29,17 +29,17 @@ TINY_ENTRY_NAME = "f"  # the only function name in the tiny model's pretraining 
 PRETRAIN_RECORD = "pretrain.json"  # written by `vevo pretrain`: a model that learnt the tiny corpus
 
 
-def _optional(module: str, names: tuple[str, ...], spec: str, arg: str, kw: dict[str, Any]) -> Backend:
-    """Import ``module`` lazily and call the first of ``names`` it defines with (arg, **kw)."""
+def _optional(module: str, name: str, spec: str, arg: str, kw: dict[str, Any]) -> Backend:
+    """Import ``module`` lazily and call its ``name`` with (arg, **kw)."""
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name == module or (exc.name and module.startswith(exc.name + ".")):
             raise BackendError(f"proposer {spec!r}: backend module {module} is not available") from None
         raise BackendError(f"proposer {spec!r}: {module} needs {exc.name!r}, which is not installed") from None
-    factory = next((getattr(mod, n) for n in names if callable(getattr(mod, n, None))), None)
-    if factory is None:
-        raise BackendError(f"proposer {spec!r}: {module} defines none of {', '.join(names)}")
+    factory = getattr(mod, name, None)
+    if not callable(factory):
+        raise BackendError(f"proposer {spec!r}: {module} does not define {name}")
     return factory(arg, **kw)
 
 
@@ -82,13 +82,13 @@ def _replay(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 def _vllm(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not Path(arg).expanduser().exists():
         raise BackendError(f"proposer {spec!r}: model path {arg} not found")
-    return _optional("proposer.vllm_backend", ("VLLMBackend", "VllmBackend"), spec, str(Path(arg).expanduser()), kw)
+    return _optional("proposer.vllm_backend", "VLLMBackend", spec, str(Path(arg).expanduser()), kw)
 
 
 def _vllm_ray(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not Path(arg).expanduser().exists():
         raise BackendError(f"proposer {spec!r}: model path {arg} not found")
-    return _optional("proposer.ray_replicas", ("RayVLLMBackend",), spec, str(Path(arg).expanduser()), kw)
+    return _optional("proposer.ray_replicas", "RayVLLMBackend", spec, str(Path(arg).expanduser()), kw)
 
 
 def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
@@ -96,9 +96,9 @@ def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
         from proposer.replicas import ReplicatedBackend
 
         kw.setdefault("max_retries", 2)  # a dead replica is left sooner: another one takes the request
-        return ReplicatedBackend([_optional("proposer.openai_backend", ("OpenAIBackend",), spec, url.strip(), dict(kw))
+        return ReplicatedBackend([_optional("proposer.openai_backend", "OpenAIBackend", spec, url.strip(), dict(kw))
                                   for url in arg.split(",") if url.strip()])
-    return _optional("proposer.openai_backend", ("OpenAIBackend", "OpenAICompatibleBackend"), spec, arg, kw)
+    return _optional("proposer.openai_backend", "OpenAIBackend", spec, arg, kw)
 
 
 # spec prefix -> factory(arg, spec, kwargs). To add a backend: write a class with generate/close and a

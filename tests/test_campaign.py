@@ -226,21 +226,3 @@ def test_campaign_on_imported_problems(tmp_path):
     show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
     assert show["problems"] == 3 and show["solved"] >= 1
     assert show["status_counts"].get("ok", 0) >= 1
-
-
-def test_eval_thread_hands_results_and_errors_back():
-    from evolve.campaign import _EvalThread
-
-    def fn(x):
-        if x == "boom":
-            raise KeyError("boom")
-        return x * 2
-
-    ev = _EvalThread(fn)
-    assert ev.submit(3).result() == 6
-    with pytest.raises(KeyError, match="boom"):
-        ev.submit("boom").result()
-    assert ev.submit("ab").result() == "abab"  # still serving after an error
-    ev.submit(5)
-    ev.close()  # with a batch in flight: waits for it, then stops
-    assert not ev.thread.is_alive()

@@ -57,17 +57,17 @@ def _run(lo, run_dir, iterations, depth, floor, loads):
                          answers=4, group=2, seed=3, pipeline_depth=depth,
                          selection={"island_capacity": 6, "migration_every": 4})
     camp = Campaign(cfg, run_dir, probs, _repeating_backend(lo), lo.HashEvaluator())
-    camp.cache = MemberCache(camp.cache._load, camp.cache._live, floor=floor)
-    load = camp.cache._load
+    camp.population.cache = MemberCache(camp.population.cache._load, camp.population.cache._live, floor=floor)
+    load = camp.population.cache._load
 
     def counted(pid):
         loads.append(pid)
         return load(pid)
 
-    camp.cache._load = counted
+    camp.population.cache._load = counted
     try:
         camp.run()
-        return camp.archive.export_rows(detail=True), len(camp.cache)
+        return camp.archive.export_rows(detail=True), len(camp.population.cache)
     finally:
         camp.close()
 
@@ -138,15 +138,15 @@ def test_restore_rebuilds_the_dedupe_index_and_scores_from_the_archive(lo, tmp_p
     cfg = lo.scale_config(probs, last + 5, 1)
     camp = Campaign(cfg, run, probs, lo.ResumableFreshBackend(4), lo.HashEvaluator())
     try:
-        assert camp._restore()
+        assert camp._restore() is not None  # a checkpoint was found (the batches in flight: none)
         for p in probs:
             mine = [r for r in rows if r.problem == p.id]
-            assert len(camp.known[p.id]) == len(mine)
-            assert all(camp.known[p.id].get(normalized_hash(r.code)) == r.id for r in mine)
-            assert camp.best[p.id] == max(r.scalar for r in mine)
-            assert camp.baseline[p.id] == next(r.scalar for r in mine if r.island == -1)
-        live = {m for isl in camp.islands.values() for m in isl.members}
-        assert live and set(camp.cache) == live  # island members only, read in bulk
+            assert len(camp.population.known[p.id]) == len(mine)
+            assert all(camp.population.known[p.id].get(normalized_hash(r.code)) == r.id for r in mine)
+            assert camp.population.best[p.id] == max(r.scalar for r in mine)
+            assert camp.population.baseline[p.id] == next(r.scalar for r in mine if r.island == -1)
+        live = {m for isl in camp.population.islands.values() for m in isl.members}
+        assert live and set(camp.population.cache) == live  # island members only, read in bulk
         assert camp.health._last_gain > 0 and len(camp.health._answers) == camp.health.answer_window
     finally:
         camp.close()

@@ -215,7 +215,7 @@ class Campaign:
             if row.problem not in self.problems or row.iteration > it:
                 continue
             outcomes.setdefault(row.iteration, []).append(_outcome(row.problem, row.evaluation))
-            self._remember(row.id, row.problem, row.code, row.evaluation, row.artifacts.get("ast_hash"))
+            self._remember(row.id, row.problem, row.code, row.evaluation, row.ast_hash)
             if row.island == -1:
                 self.baseline.setdefault(row.problem, float(row.scalar))
             if row.solved:
@@ -297,13 +297,11 @@ class Campaign:
         t0 = time.perf_counter()
         self.reporter.phase(f"evaluating {len(self.order)} seed program{'s' * (len(self.order) != 1)}")
         evs = self.evaluator.evaluate_many([(self.problems[pid], self.problems[pid].seed_code) for pid in self.order])
-        progs = []
-        for pid, ev in zip(self.order, evs):
-            ev.artifacts["ast_hash"] = normalized_hash(self.problems[pid].seed_code)
-            progs.append(ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev))
+        progs = [ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev,
+                               ast_hash=normalized_hash(self.problems[pid].seed_code)) for pid, ev in zip(self.order, evs)]
         first = self.n_programs + 1
-        for i, (pid, ev) in enumerate(zip(self.order, evs)):
-            self._remember(first + i, pid, self.problems[pid].seed_code, ev, ev.artifacts["ast_hash"])
+        for i, (pid, ev, p) in enumerate(zip(self.order, evs, progs)):
+            self._remember(first + i, pid, p.code, ev, p.ast_hash)
             self.baseline.setdefault(pid, float(ev.scalar))
             for k in range(self.cfg.islands):
                 self.islands[(pid, k)].members.append(first + i)
@@ -417,11 +415,10 @@ class Campaign:
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []
         for c, ev in zip(tri.fresh, evs):
-            ev.artifacts["ast_hash"] = c.ast_hash
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
                                           parent_ids=[batch.parent_id] + batch.inspiration_ids,
                                           completion=(0, c.completion), answer_index=c.answer,
-                                          staleness=batch.staleness))
+                                          staleness=batch.staleness, ast_hash=c.ast_hash))
             hashes.append(c.ast_hash)
         for f in tri.format_errors:
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island,

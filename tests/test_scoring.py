@@ -106,7 +106,7 @@ def test_every_user_scores_a_campaigns_completions_as_it_did(campaign, pool):
     g = groups[0]
     texts = [c.text for c in g.completions]
     archived = [c.answer_vectors for c in g.completions]
-    known = {normalized_hash(problem.seed_code): seed_row.id}
+    known = {seed_row.ast_hash: seed_row.id}
     sc = score_completions(problem, texts, g.m, pool, alias="f", known=known,
                            known_evaluation=lambda pid: seed_row.evaluation)
     assert sc.vectors == archived
@@ -116,6 +116,34 @@ def test_every_user_scores_a_campaigns_completions_as_it_did(campaign, pool):
     for text, vecs, mat in zip(texts, archived, sc.matrices):
         got = scorer.matrix(problem.id, problem.seed_code, text, g.m, alias="f")
         assert got.tolist() == np.asarray(vecs).tolist() == mat.tolist()
+
+
+def test_archive_keeps_the_dedupe_hash_in_its_own_column(campaign):
+    problem, _, _, seed_row = campaign
+    assert seed_row.ast_hash == normalized_hash(problem.seed_code)
+    assert "ast_hash" not in seed_row.artifacts
+
+
+def test_an_archive_from_before_the_column_gains_it(tmp_path):
+    """Archives written before the ast_hash column: read-only they read None; opened to write they gain it."""
+    import sqlite3
+
+    from evolve.archive import ProgramRecord
+
+    path = tmp_path / "archive.db"
+    with Archive(path) as a:
+        a.record_iteration(0, [], [ProgramRecord("p", -1, "x = 1\n", Evaluation.failed("wrong", 1),
+                                                 ast_hash="h")])
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE programs DROP COLUMN ast_hash")
+    conn.commit()
+    conn.close()
+    with Archive(path, readonly=True) as a:
+        assert a.programs()[0].ast_hash is None and a.program(1).code == "x = 1\n"
+    with Archive(path) as a:
+        assert a.programs()[0].ast_hash is None
+        a.record_iteration(1, [], [ProgramRecord("p", 0, "x = 2\n", Evaluation.failed("wrong", 1), ast_hash="k")])
+        assert [r.ast_hash for r in a.programs()] == [None, "k"]
 
 
 def test_export_rows_carry_real_seed_results(pool):

@@ -57,10 +57,9 @@ def quality(args, log) -> dict:
             t = time.perf_counter()
             hist = []
             if algo != "untrained":
-                hist = train(backend, train_probs, pool, algo=algo, steps=args.steps, m=args.answers, group=args.group,
-                             batch=args.batch, lr=d.train.lr, lora=d.train.lora, lora_rank=d.train.lora_rank,
-                             epochs=d.train.epochs, kl_beta=d.train.kl_beta, seed=0, max_tokens=d.sampling.max_tokens,
-                             log=lambda s: None)
+                run_cfg = d.model_copy(update={"answers": args.answers, "group": args.group, "seed": 0,
+                                               "train": d.train.model_copy(update={"algo": algo, "batch": args.batch})})
+                hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)
             t_train = time.perf_counter() - t
             with torch.no_grad():
                 ev = evaluate_proposer(backend, held, pool, k=args.k, m=args.answers, n=2 * args.k,

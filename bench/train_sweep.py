@@ -79,9 +79,12 @@ def run(cfg, args, train_probs, held, pool, probes, before) -> dict:
     t = time.perf_counter()
     hist = []
     if lr > 0:
-        hist = train(backend, train_probs, pool, algo="vpo", steps=args.steps, m=args.answers, group=group,
-                     batch=args.batch, lr=lr, lora=rank > 0, lora_rank=max(rank, 1), epochs=epochs, seed=0,
-                     max_tokens=args.max_tokens, log=lambda s: None)
+        from evolve.config import CampaignConfig
+
+        run_cfg = CampaignConfig(answers=args.answers, group=group, seed=0, sampling={"max_tokens": args.max_tokens},
+                                 train={"algo": "vpo", "batch": args.batch, "lr": lr, "lora": rank > 0,
+                                        "lora_rank": max(rank, 1), "epochs": epochs, "probe_every": 0})
+        hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)
     t_train = time.perf_counter() - t
     model = backend.model
     model.eval()

@@ -458,6 +458,7 @@ class Campaign:
                    "completions": len(b.completions), "candidates": out.n_candidates, "duplicates": out.n_dup,
                    "format_errors": out.n_format_error, "solved": len(self.solved), "best_scalar": best,
                    "gen_seconds": round(b.gen_seconds, 6), "eval_seconds": round(out.eval_seconds, 6),
+                   "gen_tokens": sum(len(c.token_ids or ()) for c in b.completions),
                    "migrated": migrated, "policy_version": version, "in_flight_dups": out.n_in_flight_dup}
         parent = self.cache[b.parent_id]
         reward = batch_reward(parent.vector, parent.scalar, self.baseline.get(b.problem, 0.0),

@@ -14,7 +14,7 @@ the trainer publishes its own newest one; so the two newest snapshots are always
 ``train: covrl`` (and ``vpo+covrl``, alternating) takes CoVRL steps instead: verifier-free updates toward
 references the archive found (``proposer/covrl_campaign.py``); the same snapshots, versions and resume apply.
 
-Every knob is a ``train_*`` key of the run config (``training_config``); zero-advantage samples are trained
+Every knob is a ``train`` key of the run config (evolve/trainer_setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
 ``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
 """
@@ -34,11 +34,12 @@ from proposer.errors import TrainingError
 from proposer.estimators import ESTIMATORS
 from proposer.replay_buffer import choose_groups, staleness
 from proposer.rewards import comparable_reward, reward_diversity, shape_rewards
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.training import TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
 from .progress import training_fields
+from .trainer_setup import build_trainer
 
 if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
     from .campaign import Campaign
@@ -61,18 +62,6 @@ def score_matrices(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int],
     return mats, gids, comps
 
 
-def training_config(cfg: CampaignConfig) -> TrainConfig:
-    """The ``train_*`` keys (and the sampling temperature / top-p) of a run config as a TrainConfig."""
-    return TrainConfig(lr=cfg.train.lr, epochs=cfg.train.epochs, clip_eps=cfg.train.clip_eps,
-                       kl_beta=cfg.train.kl_beta, max_grad_norm=cfg.train.max_grad_norm,
-                       weight_decay=cfg.train.weight_decay, is_cap=cfg.train.is_cap,
-                       minibatch=cfg.train.minibatch or min(8, cfg.train.batch * cfg.group),
-                       micro_batch=cfg.train.micro_batch, max_seq_len=cfg.train.max_seq_len,
-                       gradient_checkpointing=cfg.train.grad_checkpointing,
-                       bf16_autocast_on_gpu=cfg.train.autocast == "bf16",
-                       temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)
-
-
 class CampaignTrainer:
     """Called by the campaign after each committed iteration (``on_iteration``)."""
 
@@ -92,27 +81,7 @@ class CampaignTrainer:
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
                                      dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
-        model = self.learner.model
-        if cfg.train.lora:
-            from peft import PeftModel
-
-            from proposer.lora import LoraError, wrap_lora
-
-            if not isinstance(model, PeftModel):
-                import torch
-
-                try:
-                    # LoRA's random init from the run's seed: two runs of one config train the same adapter
-                    with torch.random.fork_rng():
-                        torch.manual_seed(cfg.seed)
-                        model = wrap_lora(model, cfg.train.lora_rank, cfg.train.lora_alpha, cfg.train.lora_targets)
-                except LoraError as e:
-                    raise TrainingError(str(e)) from None
-                self.learner.model = model
-        # the full-fine-tuning reference is copied before PolicyTrainer makes the trainable weights fp32,
-        # so it stays in the loading dtype (half the memory in bf16)
-        self.trainer = PolicyTrainer(model, training_config(cfg),
-                                     ref_model=None if cfg.train.lora else PolicyTrainer.frozen_copy(model))
+        self.trainer = build_trainer(self.learner, cfg)  # evolve/trainer_setup.py, as `vevo train`
         self.covrl = None
         if "covrl" in self.algo:
             from proposer.covrl import CoVRLError
@@ -336,6 +305,8 @@ class CampaignTrainer:
     def _finish(self, camp, iteration: int, stats: dict[str, Any]) -> dict[str, Any]:
         """Probes, snapshot, publish, and the archive row of a step."""
         stats.update(self._before)
+        # the step's own cost (choosing groups, advantages, the update), without probes or snapshot: evolve/compute.py adds them apart
+        stats["train_seconds"] = round(time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
@@ -343,7 +314,7 @@ class CampaignTrainer:
             stats.update(self._probe(camp))
         camp.archive.record_training(iteration, self.version, stats)
         camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
-                            f"{time.monotonic() - getattr(self, '_t0', time.monotonic()):.1f}s:", kind="training",
+                            f"{time.monotonic() - self._t0:.1f}s:", kind="training",
                             data={"iteration": iteration, "step": self.version, **stats},
                             **training_fields(stats))
         return stats

@@ -365,6 +365,7 @@ def _open_run(run_dir: str):
 
 def cmd_runs_show(args) -> int:
     from .campaign import summarize
+    from .compute import account, describe
     from .probe import learning
 
     if args.program is not None:
@@ -378,12 +379,14 @@ def cmd_runs_show(args) -> int:
         s["learning"] = learning(rows)
         s["isolation"] = json.loads(a.get_meta("isolation", "null") or "null")
         s["proposers"] = member_stats(a)
+        s["compute"] = account(a.metrics_rows(), rows)
     if args.json:
         print(json.dumps(s))
     else:
         _print_summary(Path(args.run_dir), s)
         if s["isolation"]:
             print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
+        print(describe(s["compute"]))
         for pid, it in sorted(s["solved_problems"].items()):
             print(f"  solved {printable(pid, False)} at iteration {it}")
         probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
@@ -540,16 +543,39 @@ def _study_setup(args, rep):
     return probs, backend
 
 
+# `vevo train` flags that name a run-config key (the rest of the train section: its generated --train-* flags)
+TRAIN_FLAG_KEYS = {"algo": "train", "batch": "train_batch", "lr": "train_lr", "probe_every": "train_probe_every",
+                   "group": "group", "answers": "answers", "seed": "seed", "max_tokens": "max_tokens"}
+TRAIN_ONLY_IN_CAMPAIGNS = ("train_every", "train_replay_older", "train_covrl_share")  # no campaign, no schedule
+
+
+def _train_config(args):
+    """`vevo train`'s run config: --config FILE, then its flags, then --set; the defaults are a campaign's."""
+    from .config import flag_value, load_config, merge, nest, run_flags
+
+    over = {key: getattr(args, flag) for flag, key in TRAIN_FLAG_KEYS.items() if getattr(args, flag, None) is not None}
+    if args.full:
+        over["train_lora"] = False
+    for f in run_flags():
+        v = getattr(args, f.key, None) if f.group == "train" and f.key not in over else None
+        if v is not None:
+            over[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
+    over.setdefault("train", "vpo")
+    cfg = load_config(args.config, merge(nest(over, "flags"), _set_overrides(args.set)))
+    if cfg.train.algo == "none":
+        raise UserError("vevo train: train.algo is 'none'; give --algo (vpo, grpo, ...)")
+    return cfg
+
+
 def cmd_train(args) -> int:
     """stdout: one JSON object per step (the stable interface), then the summary; stderr: progress."""
     with _reporter(args) as rep:
         from .study import train, trend
 
+        cfg = _train_config(args)
         probs, backend = _study_setup(args, rep)
         with _pool(args.workers) as pool:
-            hist = train(backend, probs, pool, algo=args.algo, steps=args.steps, m=args.answers, group=args.group,
-                         batch=args.batch, lr=args.lr, lora=not args.full, seed=args.seed, out=args.out,
-                         max_tokens=args.max_tokens, probe_every=args.probe_every,
+            hist = train(backend, probs, pool, cfg, steps=args.steps, out=args.out,
                          log=lambda line: print(line, flush=True), reporter=rep)
         key = "mean_set_reward" if hist and "mean_set_reward" in hist[0] else "loss"  # covrl: no sandbox reward
         text = trend([h.get(key) for h in hist], key.replace("_", " "))
@@ -784,10 +810,16 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
         p.add_argument("--suite", help="the problems: a suite")
         p.add_argument("--problem", action="append", default=[], metavar="ID", help="the problems: ids (repeatable)")
         pdir(p)
-        p.add_argument("--answers", type=int, default=4, help="m answers per completion")
-        p.add_argument("--seed", type=int, default=0, help="seeds sampling (and, for train, problem order)")
+        # train: None = the run config's value (its defaults are a campaign's), shown in the help
+        dflt = (lambda key, v: None) if name == "train" else (lambda key, v: v)  # noqa: E731
+        from_cfg = " (default: the config's, %s)" if name == "train" else ""
+        p.add_argument("--answers", type=int, default=dflt("answers", 4),
+                       help="m answers per completion" + (from_cfg % 4 if from_cfg else ""))
+        p.add_argument("--seed", type=int, default=dflt("seed", 0), help="seeds sampling (and, for train, problem "
+                       "order and the LoRA init)" + (from_cfg % 0 if from_cfg else ""))
         p.add_argument("--workers", type=int, default=2, help="sandbox worker processes")
-        p.add_argument("--max-tokens", dest="max_tokens", type=int, default=384, help="tokens per completion")
+        p.add_argument("--max-tokens", dest="max_tokens", type=int, default=dflt("max_tokens", 384),
+                       help="tokens per completion" + (from_cfg % 384 if from_cfg else ""))
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         _output_flags(p, name)
         p.set_defaults(fn=fn)
@@ -797,16 +829,41 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                 from proposer.algorithms import training_algorithms
 
                 algos = training_algorithms(campaign=False)
-            p.add_argument("--algo", default="vpo", choices=algos,
-                           help="covrl: needs reference solutions")
+            p.add_argument("--algo", default=None, choices=algos,
+                           help="covrl: needs reference solutions (default: vpo)")
             p.add_argument("--steps", type=int, default=10, help="training steps")
-            p.add_argument("--group", type=int, default=4, help="G completions per prompt")
-            p.add_argument("--batch", type=int, default=2, help="problems per step")
-            p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
-            p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
-            p.add_argument("--probe-every", dest="probe_every", type=int, default=5, metavar="N",
+            p.add_argument("--config", metavar="FILE", help="a run config (YAML): its train, sampling, group, "
+                           "answers and seed keys are used; flags override it")
+            d = None
+            if full or cmd == "train":
+                from .config import CampaignConfig
+
+                d = CampaignConfig()
+            shown = (lambda v: f" (default: the config's, {v})" if d is not None else "")  # noqa: E731
+            p.add_argument("--group", type=int, default=None,
+                           help="G completions per prompt" + shown(d and d.group))
+            p.add_argument("--batch", type=int, default=None,
+                           help="problems per step: train.batch" + shown(d and d.train.batch))
+            p.add_argument("--lr", type=float, default=None,
+                           help="AdamW learning rate: train.lr" + shown(d and d.train.lr))
+            p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA (train.lora false)")
+            p.add_argument("--probe-every", dest="probe_every", type=int, default=None, metavar="N",
                            help="reward of fixed probe problems (own and held-out) every N steps and before the "
-                           "first; 0: off")
+                           "first; 0: off" + shown(d and d.train.probe_every))
+            if full or cmd == "train":
+                from .config import run_flags
+
+                g = p.add_argument_group("train section", "every other key of the run config's train section "
+                                         "(as `vevo run`'s flags)")
+                for f in run_flags():
+                    if f.group != "train" or f.key in TRAIN_FLAG_KEYS.values() or f.key in TRAIN_ONLY_IN_CAMPAIGNS \
+                            or f.key == "train_lora":
+                        continue
+                    g.add_argument(f"--{f.flag}", dest=f.key, help=_config_help(f), choices=f.choices,
+                                   type={"int": int, "float": float}.get(f.kind, str),
+                                   metavar=None if f.choices else {"int": "N", "float": "X"}.get(f.kind, "TEXT"))
+            p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="any config key, flat or dotted (train.kl_beta=0, sampling.temperature=0.8)")
             p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is saved")
         else:
             p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "

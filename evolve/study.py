@@ -25,9 +25,11 @@ from proposer.estimators import ESTIMATORS
 from proposer.files import honour_umask
 from proposer.rewards import comparable_reward, reward_diversity
 from proposer.scoring import score_completions, seed_prompt
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.training import PolicyTrainer, TrainSample
 
+from .config import CampaignConfig
 from .progress import as_reporter, training_fields
+from .trainer_setup import build_trainer
 
 __all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k"]
 
@@ -37,32 +39,33 @@ def _style(backend) -> str:
     return "chat" if getattr(backend, "chat", False) is True else "compact"
 
 
-def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: int = 10, m: int = 4, group: int = 4,
-          batch: int = 2, lr: float = 1e-3, lora: bool = True, seed: int = 0, out: str | Path | None = None,
-          max_tokens: int = 384, temperature: float = 1.0, lora_rank: int = 8, epochs: int = 1,
-          kl_beta: float = 1e-3, probe_every: int = 5, probe_problems: int = 4, probe_group: int = 2,
-          log=print, reporter=None) -> list[dict[str, Any]]:
-    """RL on the problems' seed prompts. `log` gets one JSON line per step (the stable interface: at least
-    ``step`` and ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile.
-    Every ``probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of
+def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = None, *, steps: int = 10,
+          out: str | Path | None = None, log=print, reporter=None) -> list[dict[str, Any]]:
+    """RL on the problems' seed prompts, set up from a run config as a campaign sets it up
+    (evolve/trainer_setup.py): ``train.algo``, ``train.batch`` problems per step, ``group`` completions of
+    ``answers`` answers each, every other ``train`` key, the sampling section and the seed (None: the defaults
+    with VPO). `log` gets one JSON line per step (the stable interface: at least ``step`` and
+    ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile. Every
+    ``train.probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of
     these problems, and held-out ones) go into that step's record."""
+    cfg = cfg if cfg is not None else CampaignConfig(train="vpo")
     rep = as_reporter(reporter)
+    t, algo, m, group, batch, seed = cfg.train, cfg.train.algo, cfg.answers, cfg.group, cfg.train.batch, cfg.seed
+    temperature, max_tokens = cfg.sampling.temperature, cfg.sampling.max_tokens
+    if algo == "none":
+        raise TrainingError("vevo train needs a training algorithm (train.algo is 'none')")
     if not has(backend, TRAINABLE):
         raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
+    trainer = build_trainer(backend, cfg)
     model = backend.model
-    if lora:
-        from proposer.lora import wrap_lora
-
-        model = wrap_lora(model, lora_rank)
-        backend.model = model
-    trainer = PolicyTrainer(model, TrainConfig(lr=lr, temperature=temperature, epochs=epochs, kl_beta=kl_beta,
-                                               minibatch=max(1, batch * group)),
-                            ref_model=None if lora else PolicyTrainer.frozen_copy(model))
     if algo == "covrl":
+        from proposer.covrl_campaign import covrl_config
+
         history = train_covrl(backend, trainer, problems, pool, steps=steps, m=m, group=group, batch=batch,
-                              seed=seed, temperature=temperature, log=log, reporter=rep)
-        _save(backend, model, lora, out, history)
+                              seed=seed, temperature=temperature, covrl=covrl_config(cfg), log=log, reporter=rep)
+        _save(backend, model, t.lora, out, history)
         return history
+    probe_every = t.probe_every
     rep.phase(f"evaluating {len(problems)} seed programs")
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     rng = np.random.default_rng(seed)
@@ -70,7 +73,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
     if probe_every:
         from .probe import Prober
 
-        prober = Prober(problems, seed=seed, k=probe_problems, group=probe_group, m=m, temperature=temperature,
+        prober = Prober(problems, seed=seed, k=t.probe_problems, group=t.probe_group, m=m, temperature=temperature,
                         max_tokens=max_tokens, style=_style(backend))
     history = []
     rep.begin(steps, 0, unit="step")
@@ -78,8 +81,8 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         chosen = rng.choice(len(problems), size=min(batch, len(problems)), replace=False)
         prompts = [seed_prompt(problems[i], seeds[i], m, _style(backend), naming.entry_name(backend)) for i in chosen]
         rep.phase(f"step {step + 1}: generating {len(prompts) * group} completions", log=False)
-        groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
-                                                                 seed=seed * 100_003 + step))
+        groups = backend.generate(prompts, group, SamplingParams(temperature=temperature, top_p=cfg.sampling.top_p,
+                                                                 max_tokens=max_tokens, seed=seed * 100_003 + step))
         rep.phase(f"step {step + 1}: scoring answers in the sandbox", log=False)
         mats, gids, comps = [], [], []
         for gi, (i, comps_i) in enumerate(zip(chosen, groups)):
@@ -109,7 +112,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
     rep.end()
     if out is not None:
         rep.phase(f"saving the model to {out}")
-    _save(backend, model, lora, out, history)
+    _save(backend, model, t.lora, out, history)
     return history
 
 

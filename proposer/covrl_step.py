@@ -157,42 +157,33 @@ class CoVRLUpdater:
                             rewards[i] = float(lp_y[j].sum() / m_y[j].sum())
             adv = group_advantages(rewards, [t.group for t in trajs], cfg.std_norm)
             select = [t.from_prior and t.well_formed and a > 0 for t, a in zip(trajs, adv)]
-            sums = dict(loss=0.0, pg_loss=0.0, kl=0.0, nll=0.0, clip_frac=0.0, mean_ratio=0.0)
-            tok_z = tok_kl = tok_y = 0.0
-            norms = []
-            max_norm = tr.cfg.max_grad_norm if tr.cfg.max_grad_norm and tr.cfg.max_grad_norm > 0 else float("inf")
-            for _ in range(tr.cfg.epochs):
-                for mb in plan:
-                    n_z = float(sum(len(trajs[i].z_ids) for c in mb for i in c))
-                    n_kl = float(sum(len(trajs[i].z_ids) for c in mb for i in c if not trajs[i].truncated))
-                    n_y = float(sum(len(trajs[i].y_ids) for c in mb for i in c if select[i]))
-                    tr.opt.zero_grad(set_to_none=True)
-                    for chunk in mb:
-                        ts = [trajs[i] for i in chunk]
-                        new_pri, z_mask = self._lp([t.prior_ids for t in ts], [t.z_ids for t in ts])
-                        new_post, _ = self._lp([t.post_ids for t in ts], [t.z_ids for t in ts])
-                        width = new_pri.shape[1]
-                        old_pri = torch.stack([_pad(old[i][0], width) for i in chunk]).to(device)
-                        old_post = torch.stack([_pad(old[i][1], width) for i in chunk]).to(device)
-                        sel = torch.tensor([select[i] for i in chunk], device=device)
-                        if bool(sel.any()):
-                            new_lik, y_mask = self._lp([t.lik_ids for t in ts], [t.y_ids for t in ts], scored=True)
-                        else:
-                            new_lik = y_mask = torch.zeros((len(ts), 1), device=device)
-                        loss, s = covrl_loss(
-                            new_pri, new_post, old_pri, old_post, z_mask,
-                            torch.tensor([t.from_prior for t in ts], device=device),
-                            torch.tensor([t.truncated for t in ts], device=device),
-                            torch.tensor([adv[i] for i in chunk], device=device, dtype=new_pri.dtype),
-                            new_lik, y_mask, sel, n_z, n_y, n_kl, cfg)
-                        loss.backward()
-                        sums["loss"] += float(loss.detach()) * n_z
-                        for k, v in s.items():
-                            sums[k] += v
-                    norms.append(float(torch.nn.utils.clip_grad_norm_(tr.params, max_norm)))
-                    tr.opt.step()
-                    tr.version += 1
-                    tok_z, tok_kl, tok_y = tok_z + n_z, tok_kl + n_kl, tok_y + n_y
+            n_z = [float(sum(len(trajs[i].z_ids) for c in mb for i in c)) for mb in plan]
+            n_kl = [float(sum(len(trajs[i].z_ids) for c in mb for i in c if not trajs[i].truncated)) for mb in plan]
+            n_y = [float(sum(len(trajs[i].y_ids) for c in mb for i in c if select[i])) for mb in plan]
+
+            def chunk_loss(k: int, j: int, chunk: list[int]) -> tuple[torch.Tensor, dict[str, float]]:
+                ts = [trajs[i] for i in chunk]
+                new_pri, z_mask = self._lp([t.prior_ids for t in ts], [t.z_ids for t in ts])
+                new_post, _ = self._lp([t.post_ids for t in ts], [t.z_ids for t in ts])
+                width = new_pri.shape[1]
+                old_pri = torch.stack([_pad(old[i][0], width) for i in chunk]).to(device)
+                old_post = torch.stack([_pad(old[i][1], width) for i in chunk]).to(device)
+                sel = torch.tensor([select[i] for i in chunk], device=device)
+                if bool(sel.any()):
+                    new_lik, y_mask = self._lp([t.lik_ids for t in ts], [t.y_ids for t in ts], scored=True)
+                else:
+                    new_lik = y_mask = torch.zeros((len(ts), 1), device=device)
+                loss, s = covrl_loss(
+                    new_pri, new_post, old_pri, old_post, z_mask,
+                    torch.tensor([t.from_prior for t in ts], device=device),
+                    torch.tensor([t.truncated for t in ts], device=device),
+                    torch.tensor([adv[i] for i in chunk], device=device, dtype=new_pri.dtype),
+                    new_lik, y_mask, sel, n_z[k], n_y[k], n_kl[k], cfg)
+                return loss, {"loss": float(loss.detach()) * n_z[k], **s}
+
+            sums, norms = tr.optimize(plan, chunk_loss)  # the trainer's own optimizer loop (proposer/training.py)
+            tok_z, tok_kl, tok_y = (tr.cfg.epochs * sum(n) for n in (n_z, n_kl, n_y))
+            sums = {k: sums.get(k, 0.0) for k in ("loss", "pg_loss", "kl", "nll", "clip_frac", "mean_ratio")}
         finally:
             model.train(was_training)
         fp = np.array([t.from_prior for t in trajs])

@@ -64,6 +64,28 @@ from proposer.files import honour_umask
 LOG_RATIO_CLAMP = 20.0  # as veRL: exp of at most e^20
 
 
+def ppo_loss(cur: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, adv: torch.Tensor, w: torch.Tensor,
+             mask: torch.Tensor, n_tok: float, clip_eps: float, kl_beta: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """Pure: the module docstring's loss for one micro-batch (token log-probs ``cur`` under pi_theta, ``old``
+    under pi_old, ``ref`` under the reference or None; ``adv`` one per row; ``w`` the truncated IS weights),
+    divided by the *minibatch's* token count ``n_tok``; and its token sums for the step's statistics."""
+    ratio = torch.exp((cur - old).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+    pg1 = -adv * ratio
+    pg2 = -adv * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
+    pg = w * torch.maximum(pg1, pg2)
+    if ref is not None:
+        d = (ref - cur).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        kl = torch.exp(d) - d - 1.0
+    else:
+        kl = torch.zeros_like(cur)
+    loss = ((pg + kl_beta * kl) * mask).sum() / n_tok
+    with torch.no_grad():
+        sums = {"loss": float(loss) * n_tok, "pg_loss": float((pg * mask).sum()), "kl": float((kl * mask).sum()),
+                "clip_frac": float(((pg2 > pg1).float() * mask).sum()), "mean_ratio": float((ratio * mask).sum()),
+                "is_weight": float((w * mask).sum())}
+    return loss, sums
+
+
 @dataclass
 class TrainConfig:
     lr: float = 1e-5  # AdamW learning rate
@@ -405,38 +427,16 @@ class PolicyTrainer:
                 del probes
                 weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)] for mb, olds in zip(plan, old)]
                 refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
-            sums = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, is_weight=0.0)
-            tok_seen, norms = 0.0, []
-            max_norm = cfg.max_grad_norm if cfg.max_grad_norm and cfg.max_grad_norm > 0 else float("inf")
-            for _ in range(cfg.epochs):
-                for mb, olds, ws, rfs in zip(plan, old, weights, refs):
-                    n_tok = float(sum(len(s.completion_ids) for chunk in mb for s in chunk))
-                    self.opt.zero_grad(set_to_none=True)
-                    for chunk, old_lp, w, ref_lp in zip(mb, olds, ws, rfs):
-                        cur, mask = self._logprobs(chunk)
-                        adv = torch.tensor([s.advantage for s in chunk], device=device, dtype=cur.dtype)[:, None]
-                        ratio = torch.exp((cur - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
-                        pg1 = -adv * ratio
-                        pg2 = -adv * ratio.clamp(1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-                        pg = w * torch.maximum(pg1, pg2)
-                        if ref_lp is not None:
-                            d = (ref_lp - cur).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-                            kl = torch.exp(d) - d - 1.0
-                        else:
-                            kl = torch.zeros_like(cur)
-                        loss = ((pg + cfg.kl_beta * kl) * mask).sum() / n_tok
-                        loss.backward()
-                        with torch.no_grad():
-                            sums["loss"] += float(loss) * n_tok
-                            sums["pg_loss"] += float((pg * mask).sum())
-                            sums["kl"] += float((kl * mask).sum())
-                            sums["clip_frac"] += float(((pg2 > pg1).float() * mask).sum())
-                            sums["mean_ratio"] += float((ratio * mask).sum())
-                            sums["is_weight"] += float((w * mask).sum())
-                    norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
-                    self.opt.step()
-                    self.version += 1
-                    tok_seen += n_tok
+            n_toks = [float(sum(len(s.completion_ids) for chunk in mb for s in chunk)) for mb in plan]
+
+            def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:
+                cur, mask = self._logprobs(chunk)
+                adv = torch.tensor([s.advantage for s in chunk], device=device, dtype=cur.dtype)[:, None]
+                return ppo_loss(cur, old[k][j], refs[k][j], adv, weights[k][j], mask, n_toks[k], cfg.clip_eps,
+                                cfg.kl_beta)
+
+            sums, norms = self.optimize(plan, chunk_loss)
+            tok_seen = cfg.epochs * sum(n_toks)
             stats.update({k: v / tok_seen for k, v in sums.items()})
             stats["grad_norm"] = sum(norms) / len(norms)
             stats["n_updates"] = float(len(norms))
@@ -449,6 +449,27 @@ class PolicyTrainer:
         finally:
             self.model.train(was_training)
         return stats
+
+    def optimize(self, plan: list[list[Any]], chunk_loss) -> tuple[dict[str, float], list[float]]:
+        """The one optimizer loop (PPO here, CoVRL in proposer/covrl_step.py): ``epochs`` passes over the
+        minibatches of ``plan``; a minibatch's chunks (micro-batches) accumulate gradients of
+        ``chunk_loss(minibatch index, chunk index, chunk) -> (loss, sums)``, then one clipped AdamW step.
+        Returns the summed ``sums`` and the gradient norms before clipping, one per update."""
+        sums: dict[str, float] = {}
+        norms: list[float] = []
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm and self.cfg.max_grad_norm > 0 else float("inf")
+        for _ in range(self.cfg.epochs):
+            for k, mb in enumerate(plan):
+                self.opt.zero_grad(set_to_none=True)
+                for j, chunk in enumerate(mb):
+                    loss, s = chunk_loss(k, j, chunk)
+                    loss.backward()
+                    for key, v in s.items():
+                        sums[key] = sums.get(key, 0.0) + v
+                norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, max_norm)))
+                self.opt.step()
+                self.version += 1
+        return sums, norms
 
     # --------------------------------------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, Any]:

@@ -71,10 +71,26 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
     assert all(r.data["samples"] == r.data["completions"] for r in rows)  # zero advantages are not dropped
 
 
-def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
+def _default_schedule_cfg(tmp_path: Path) -> tuple[Path, int]:
+    """CFG with the shipped training schedule (no train_every / train_batch / train_lr), long enough for two
+    updates; and the iteration of the first update."""
+    from evolve.config import CampaignConfig
+
+    every = CampaignConfig().train.every
+    text = "".join(line + "\n" for line in CFG.strip().splitlines()
+                   if not line.startswith(("train_every", "train_batch", "train_lr", "iterations")))
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text + f"iterations: {2 * every + 2}\n")
+    return p, every
+
+
+@pytest.mark.parametrize("schedule", ["replay+novel", "shipped default"])
+def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, schedule):
     ref, run = tmp_path / "ref", tmp_path / "killed"
-    # replay-buffer training: older groups drawn by a seeded RNG, novelty-shaped rewards, both resume exactly
-    cfg = _cfg(tmp_path, "train_replay_older: 0.5\ntrain_reward: novel\n")
+    if schedule == "shipped default":  # the schedule `--train vpo` runs with, unchanged
+        cfg, kill_after = _default_schedule_cfg(tmp_path)
+    else:  # replay-buffer training: older groups drawn by a seeded RNG, novelty-shaped rewards, both resume exactly
+        cfg, kill_after = _cfg(tmp_path, "train_replay_older: 0.5\ntrain_reward: novel\n"), 2
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
@@ -83,7 +99,7 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
     state = run / "trainer" / "state.json"
     end = time.time() + 600
     while time.time() < end and p.poll() is None:
-        if state.is_file() and json.loads(state.read_text())["iteration"] >= 2:
+        if state.is_file() and json.loads(state.read_text())["iteration"] >= kill_after:
             break
         time.sleep(0.05)
     assert p.poll() is None, p.stderr.read().decode()[-2000:]
@@ -117,7 +133,7 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path):
 def test_every_training_knob_reaches_the_trainer():
     from evolve.config import ConfigError, load_config
     from evolve.runner import backend_kwargs
-    from evolve.campaign_training import training_config
+    from evolve.trainer_setup import training_config
 
     cfg = load_config(None, {"train": "vpo", "train_clip_eps": 0.1, "train_kl_beta": 0.0, "train_micro_batch": 2,
                              "train_minibatch": 4, "train_max_seq_len": 512, "train_grad_checkpointing": True,

@@ -332,10 +332,11 @@ def test_covrl_campaign_records_references_and_resumes_after_kill9(tmp_path):
 def test_standalone_covrl_needs_reference_solutions():
     import dataclasses
 
+    from evolve.config import CampaignConfig
     from evolve.study import train
     from problems.suites import SUITES
     from proposer.backends import make_backend
 
     probs = [dataclasses.replace(p, reference_code=None) for p in SUITES["pbe-train"]()[:2]]
     with pytest.raises(ValueError, match="needs problems with reference solutions; none of the 2"):
-        train(make_backend("tiny"), probs, pool=None, algo="covrl", steps=1)
+        train(make_backend("tiny"), probs, pool=None, cfg=CampaignConfig(train="covrl"), steps=1)

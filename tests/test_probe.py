@@ -83,4 +83,13 @@ def test_campaign_and_runs_show_report_probes(tmp_path):
     trained = [e for e, r in zip(shown[1:], rows) if r.data.get("samples")]
     assert trained and all(e["probe_own"] is not None and e["probe_heldout"] is not None for e in trained)
     assert all(0.0 <= e[k] <= 1.0 for e in shown for k in ("probe_own", "probe_heldout") if e[k] is not None)
-    assert "probe reward (own / held-out) by policy version: v0 " in vevo("runs", "show", str(run)).stdout
+    text = vevo("runs", "show", str(run)).stdout
+    assert "probe reward (own / held-out) by policy version: v0 " in text
+    # the account: every part of the run's time, from its archive alone (evolve/compute.py)
+    acc = json.loads(vevo("runs", "show", str(run), "--json").stdout)["compute"]
+    trained_rows = [r for r in rows if r.data.get("samples")]
+    assert acc["train_steps"] == len(trained_rows) and acc["train_seconds"] > 0 and acc["probe_seconds"] > 0
+    assert acc["gen_tokens"] > 0 and acc["gen_seconds"] > 0 and acc["eval_seconds"] > 0
+    assert acc["wall_seconds"] >= acc["train_seconds"] + acc["gen_seconds"] * 0.5
+    assert all(r.data["train_seconds"] > 0 for r in trained_rows)
+    assert "compute: " in text and "training " in text

@@ -22,7 +22,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from problems.suites import SUITES
     from proposer.backends import make_backend
     from proposer.base import SamplingParams
-    from evolve.campaign_training import training_config
+    from evolve.trainer_setup import training_config
     from proposer.estimators import vpo_advantage
     from proposer.lora import wrap_lora
     from proposer.training import PolicyTrainer, TrainSample, completion_logprobs

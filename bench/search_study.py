@@ -1,0 +1,257 @@
+"""Does in-campaign training make the search better? The pre-registered study of issue #20
+(docs/results/search_study.md holds the plan, written before the run, then the results).
+
+Arms ``none``, ``grpo``, ``vpo``: campaigns with the bundled tiny proposer on ``pbe-hard-heldout``, seeds
+0..S-1, everything but ``train.algo`` equal and at the shipped defaults (the default training schedule
+included). Seeds are run one after another, the arms interleaved within a seed, so load on the machine falls on
+every arm alike. Per run, from its archive alone:
+
+* at equal evaluations (every arm proposes the same candidates per iteration): ``best_auc`` (primary: the mean
+  over iterations 0..T of the mean over problems of the best score found so far), ``best`` and ``solved`` at T;
+* at equal wall-clock time: per seed, the horizon W is the shortest of the arms' runs; ``best_auc_wall`` (the
+  same area, over seconds 0..W) and ``best_wall`` (at W);
+* the account (evolve/compute.py): generation, evaluation, training, probe and wall seconds;
+* learning (trained arms): the fixed probes' reward on the campaign's own problems and on held-out ones, by
+  policy version (evolve/probe.py); the slope of the own probe per 10 versions, per seed, then its mean and 95%
+  t interval over seeds. ``none`` never changes its policy, so its probe is its trained arms' ``before`` value at
+  every version, by construction (same problems, prompts and sampling seed).
+
+Differences are trained arm minus ``none`` (and vpo minus grpo), paired by seed, with a 95% t interval
+(evolve/arms.py).
+
+    .venv/bin/python bench/search_study.py               # 10 seeds x 3 arms (about an hour on 2 quiet cores)
+    .venv/bin/python bench/search_study.py --quick       # 2 seeds x 6 iterations: the pipeline
+
+Finished runs under --runs-dir are read, not rerun; an unfinished one is resumed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+ARMS = ("none", "grpo", "vpo")
+SUITE = "pbe-hard-heldout"
+
+
+def run(run_dir: Path, arm: str, seed: int, iterations: int) -> None:
+    from evolve.archive import Archive
+
+    db = run_dir / "archive.db"
+    if db.is_file():
+        with Archive(db, readonly=True) as a:
+            ms = a.metrics_rows()
+        if ms and max(m.iteration for m in ms) >= iterations - 1:
+            return
+        args = ["resume", str(run_dir)]
+    else:
+        args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
+                "--seed", str(seed), "--train", arm, "--out", str(run_dir)]
+    subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def _area(xs: np.ndarray, ys: np.ndarray, horizon: float, step: float) -> tuple[float, float]:
+    """(mean of the step function over [0, horizon] on a grid of `step`, its value at horizon)."""
+    from evolve.curves import _step_at
+
+    grid = np.arange(0.0, horizon + 1e-9, step)
+    vals = _step_at(xs, ys, grid, past_end=None)
+    return float(vals.mean()), float(vals[-1])
+
+
+def measure(run_dir: Path, iterations: int) -> dict:
+    from evolve.archive import Archive
+    from evolve.compute import account, wall_clock
+    from evolve.curves import run_curves
+    from evolve.probe import learning
+
+    db = run_dir / "archive.db"
+    xs, solved, best = run_curves(db, "iterations")
+    with Archive(db, readonly=True) as a:
+        metrics, training = a.metrics_rows(), a.training_rows()
+    it, wall = wall_clock(metrics)
+    auc, at_t = _area(xs, best, iterations, 1.0)
+    return {"best_auc": auc, "best": at_t, "solved": _area(xs, solved, iterations, 1.0)[1],
+            "curve": (xs.tolist(), best.tolist(), solved.tolist()), "clock": (it.tolist(), wall.tolist()),
+            "account": account(metrics, training), "learning": learning(training)}
+
+
+def at_wall(m: dict, horizon: float) -> tuple[float, float]:
+    """best@time: the iteration curve put on the run's own clock (the value after iteration i holds from the
+    wall second iteration i was committed)."""
+    xs, best, _ = (np.asarray(v, float) for v in m["curve"])
+    it, wall = (np.asarray(v, float) for v in m["clock"])
+    t_of = dict(zip(it.tolist(), wall.tolist()))
+    keep = [i for i, x in enumerate(xs) if x in t_of or x == 0]
+    ts = np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep])
+    return _area(ts, best[keep], horizon, max(horizon / 500, 1e-3))
+
+
+def probe_slope(learn: list[dict]) -> float | None:
+    """Least-squares slope of the own probe per 10 policy versions (None with fewer than 3 probes)."""
+    pts = [(r["step"], r["probe_own"]) for r in learn if r.get("probe_own") is not None]
+    if len(pts) < 3:
+        return None
+    x, y = np.array(pts, float).T
+    return float(np.polyfit(x, y, 1)[0] * 10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs-dir", default="runs/search_study")
+    ap.add_argument("--out", default="docs/results")
+    args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.iterations = 2, 6
+    from evolve.arms import difference, t95
+
+    runs = Path(args.runs_dir)
+    res: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
+    for seed in range(args.seeds):
+        for arm in ARMS:
+            d = runs / arm / f"seed-{seed}"
+            t = time.perf_counter()
+            run(d, arm, seed, args.iterations)
+            res[arm][seed] = measure(d, args.iterations)
+            acc = res[arm][seed]["account"]
+            print(f"seed {seed} {arm}: best_auc {res[arm][seed]['best_auc']:.4f} solved {res[arm][seed]['solved']:.0f} "
+                  f"wall {acc['wall_seconds']:.0f}s (train {acc['train_seconds']:.0f}s) [{time.perf_counter() - t:.0f}s]",
+                  flush=True)
+    seeds = sorted(res["none"])
+    for s in seeds:  # equal wall-clock: the shortest arm of the seed sets the horizon
+        horizon = min(res[a][s]["account"]["wall_seconds"] for a in ARMS)
+        for a in ARMS:
+            res[a][s]["best_auc_wall"], res[a][s]["best_wall"] = at_wall(res[a][s], horizon)
+            res[a][s]["horizon_s"] = horizon
+    metrics = ("best_auc", "best", "solved", "best_auc_wall", "best_wall")
+    diffs = []
+    for a, b in (("none", "grpo"), ("none", "vpo"), ("grpo", "vpo")):
+        for m in metrics:
+            diffs.append(difference({s: res[a][s][m] for s in seeds}, {s: res[b][s][m] for s in seeds}, m, (a, b)))
+    lines = ["| metric | budget | B − A | mean A | mean B | difference | 95% CI | SD of pairs | MDE (80% power) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for d in diffs:
+        pairs = np.array([res[d.b][s][d.metric] - res[d.a][s][d.metric] for s in seeds])
+        sd = float(pairs.std(ddof=1)) if len(pairs) > 1 else float("nan")
+        mde = (t95(len(pairs) - 1) + 0.883) * sd / np.sqrt(len(pairs))  # t_{0.8, 9} = 0.883
+        budget = "equal wall-clock" if "wall" in d.metric else "equal evaluations"
+        lines.append(f"| {d.metric} | {budget} | {d.b} − {d.a} | {d.mean_a:.4f} | {d.mean_b:.4f} | {d.diff:+.4f} | "
+                     f"[{d.lo:+.4f}, {d.hi:+.4f}] | {sd:.4f} | {mde:.4f} |")
+    acc_lines = ["| arm | wall s | generation s | tokens | evaluation s | training s | steps | probes s |",
+                 "|---|---|---|---|---|---|---|---|"]
+    for a in ARMS:
+        acc = {k: np.mean([res[a][s]["account"][k] for s in seeds]) for k in res[a][seeds[0]]["account"]}
+        acc_lines.append(f"| {a} | {acc['wall_seconds']:.0f} | {acc['gen_seconds']:.0f} | {acc['gen_tokens']:.0f} | "
+                         f"{acc['eval_seconds']:.0f} | {acc['train_seconds']:.0f} | {acc['train_steps']:.0f} | "
+                         f"{acc['probe_seconds']:.0f} |")
+    slope_lines = ["| arm | seeds with ≥ 3 probes | own probe slope per 10 versions (mean) | 95% CI | held-out slope | "
+                   "own before → last (mean) |", "|---|---|---|---|---|---|"]
+    slopes = {}
+    for a in ("grpo", "vpo"):
+        own = [probe_slope(res[a][s]["learning"]) for s in seeds]
+        held = [probe_slope([{"step": r["step"], "probe_own": r["probe_heldout"]} for r in res[a][s]["learning"]])
+                for s in seeds]
+        own_v = np.array([v for v in own if v is not None])
+        held_v = np.array([v for v in held if v is not None])
+        firsts = [next((r["probe_own"] for r in res[a][s]["learning"] if r["probe_own"] is not None), np.nan)
+                  for s in seeds]
+        lasts = [next((r["probe_own"] for r in reversed(res[a][s]["learning"]) if r["probe_own"] is not None), np.nan)
+                 for s in seeds]
+        if own_v.size >= 2:
+            half = t95(own_v.size - 1) * own_v.std(ddof=1) / np.sqrt(own_v.size)
+            ci = f"[{own_v.mean() - half:+.4f}, {own_v.mean() + half:+.4f}]"
+        else:
+            ci = "n/a"
+        slopes[a] = own
+        slope_lines.append(f"| {a} | {own_v.size} | {own_v.mean() if own_v.size else float('nan'):+.4f} | {ci} | "
+                           f"{held_v.mean() if held_v.size else float('nan'):+.4f} | {np.nanmean(firsts):.3f} → "
+                           f"{np.nanmean(lasts):.3f} |")
+    slope_lines.append("| none | (policy never changes) | 0 by construction | | | |")
+    cmd = "python bench/search_study.py" + (" --quick" if args.quick else "")
+    text = (f"Command: `{cmd}` ({len(seeds)} seeds, {args.iterations} iterations, suite {SUITE})\n\n"
+            "### Differences (paired by seed)\n\n" + "\n".join(lines) + "\n\n### Compute (mean per run)\n\n" +
+            "\n".join(acc_lines) + "\n\n### Learning: fixed probes (evolve/probe.py)\n\n" + "\n".join(slope_lines) +
+            "\n\n### Per seed\n\n| seed | " + " | ".join(f"{a} best_auc | {a} solved | {a} wall s" for a in ARMS) +
+            " |\n|---" * (1 + 3 * len(ARMS)) + "|\n" +
+            "\n".join(f"| {s} | " + " | ".join(f"{res[a][s]['best_auc']:.4f} | {res[a][s]['solved']:.0f} | "
+                                               f"{res[a][s]['account']['wall_seconds']:.0f}" for a in ARMS) + " |"
+                      for s in seeds) + "\n")
+    print(text)
+    out = Path(args.out)
+    if args.quick:
+        out = runs
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "search_study_table.md").write_text(text)
+    (out / "search_study.json").write_text(json.dumps(
+        {"seeds": seeds, "iterations": args.iterations, "suite": SUITE,
+         "runs": {a: {s: {k: v for k, v in res[a][s].items() if k not in ("curve", "clock")} for s in seeds}
+                  for a in ARMS},
+         "differences": [d.__dict__ for d in diffs], "probe_slopes": slopes}, indent=1, default=float))
+    plot(res, seeds, args.iterations, out)
+
+
+def plot(res, seeds, iterations: int, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from evolve.curves import _step_at
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    grid = np.arange(iterations + 1, dtype=float)
+    for a in ARMS:
+        ys = np.array([_step_at(np.asarray(res[a][s]["curve"][0]), np.asarray(res[a][s]["curve"][1]), grid,
+                                past_end=None) for s in seeds])
+        m, h = ys.mean(0), 1.96 * ys.std(0, ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else 0 * ys.mean(0)
+        axes[0].plot(grid, m, label=a)
+        axes[0].fill_between(grid, m - h, m + h, alpha=0.2)
+        horizon = min(min(res[b][s]["account"]["wall_seconds"] for b in ARMS) for s in seeds)
+        tg = np.linspace(0, horizon, 200)
+        wy = []
+        for s in seeds:
+            xs, best, _ = (np.asarray(v, float) for v in res[a][s]["curve"])
+            it, wall = (np.asarray(v, float) for v in res[a][s]["clock"])
+            t_of = dict(zip(it.tolist(), wall.tolist()))
+            keep = [i for i, x in enumerate(xs) if x in t_of or x == 0]
+            ts = np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep])
+            wy.append(_step_at(ts, best[keep], tg, past_end=None))
+        wy = np.array(wy)
+        axes[1].plot(tg, wy.mean(0), label=a)
+        if a != "none":
+            pts = [(r["step"], r["probe_own"]) for s in seeds for r in res[a][s]["learning"] if r["probe_own"] is not None]
+            if pts:
+                v = sorted({p[0] for p in pts})
+                axes[2].plot(v, [np.mean([y for x, y in pts if x == k]) for k in v], marker="o", label=f"{a} own")
+            pts = [(r["step"], r["probe_heldout"]) for s in seeds for r in res[a][s]["learning"]
+                   if r["probe_heldout"] is not None]
+            if pts:
+                v = sorted({p[0] for p in pts})
+                axes[2].plot(v, [np.mean([y for x, y in pts if x == k]) for k in v], ls="--", label=f"{a} held-out")
+    axes[0].set(xlabel="iteration (equal evaluations)", ylabel="mean best score over problems",
+                title=f"best@t, mean and 95% CI over {len(seeds)} seeds")
+    axes[1].set(xlabel="wall seconds (to the shortest run of all seeds)", ylabel="mean best score",
+                title="best@time (equal wall clock)")
+    axes[2].set(xlabel="policy version", ylabel="probe mean set reward", title="fixed probes (mean over seeds)")
+    for ax in axes:
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "search_study.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Where a run's time went: generation (seconds, tokens), evaluation, training, probes, wall clock.
+
+Comparisons of proposers are only fair at a stated budget: equal evaluations (the x axis of the curves) or equal
+wall-clock time on the same machine (training costs time that an untrained arm spends searching). The campaign
+writes ``gen_seconds``, ``gen_tokens``, ``eval_seconds`` and the cumulative ``wall_seconds`` into every
+iteration's metrics, and ``train_seconds`` / ``probe_seconds`` into every training row; this module only adds
+them up, so a run's account can be read from its archive alone.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def account(metrics: Sequence[Any], training: Sequence[Any]) -> dict[str, float]:
+    """Pure: the totals from archive metric rows (``.data``) and training rows (``.data``)."""
+    def total(rows: Sequence[Any], *keys: str) -> float:
+        return float(sum(float(r.data.get(k) or 0.0) for r in rows for k in keys
+                         if isinstance(r.data.get(k), (int, float))))
+
+    wall = max((float(m.data["wall_seconds"]) for m in metrics
+                if isinstance(m.data.get("wall_seconds"), (int, float))), default=0.0)
+    return {"wall_seconds": round(wall, 3),
+            "gen_seconds": round(total(metrics, "gen_seconds"), 3),
+            "gen_tokens": int(total(metrics, "gen_tokens")),
+            "eval_seconds": round(total(metrics, "eval_seconds"), 3),
+            "train_seconds": round(total(training, "train_seconds"), 3),
+            "train_steps": sum(1 for r in training if r.data.get("samples")),
+            "probe_seconds": round(total(training, "probe_seconds", "probe_seconds_before"), 3)}
+
+
+def wall_clock(metrics: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Pure: (iterations, cumulative wall seconds after each), to put a curve over iterations on a time axis."""
+    pts = sorted((int(m.iteration), float(m.data["wall_seconds"])) for m in metrics
+                 if isinstance(m.data.get("wall_seconds"), (int, float)))
+    return np.array([p[0] for p in pts], dtype=float), np.array([p[1] for p in pts], dtype=float)
+
+
+def describe(acc: dict[str, float]) -> str:
+    """One line for `runs show`."""
+    return (f"compute: {acc['wall_seconds']:.1f}s wall; generation {acc['gen_seconds']:.1f}s "
+            f"({acc['gen_tokens']} tokens), evaluation {acc['eval_seconds']:.1f}s, training "
+            f"{acc['train_seconds']:.1f}s ({acc['train_steps']} steps), probes {acc['probe_seconds']:.1f}s")

@@ -118,6 +118,34 @@ def test_every_user_scores_a_campaigns_completions_as_it_did(campaign, pool):
         assert got.tolist() == np.asarray(vecs).tolist() == mat.tolist()
 
 
+def test_hand_made_completions_score_alike_everywhere(tmp_path, pool):
+    """Every kind of answer (right, wrong, the seed again, an in-call duplicate, empty, invalid, a completion
+    without answers) through a real campaign (replay proposer) and through score_completions and the veRL
+    reward: the same vectors."""
+    problem = load_native(new_problem("sq", "io", tmp_path / "problems"))
+    right, wrong = "def solve(xs):\n    return sum(x * x for x in xs)\n", "def solve(xs):\n    return len(xs)\n"
+    seed_body = "def solve(xs):\n    return 0\n"
+    texts = [body(format_answers([right, seed_body, right])),
+             body(format_answers([wrong, ""])) + "\n<answer_3>\nSorry, I cannot help\n</answer_3>",
+             "no answers at all"]
+    replay = tmp_path / "r.jsonl"
+    replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    cfg = load_config(None, {"problems_dir": [str(tmp_path / "problems")], "proposer": f"replay:{replay}",
+                             "iterations": 1, "seed": 0, "islands": 1, "answers": 3, "group": 3,
+                             "out": str(tmp_path / "run")})
+    start(cfg, progress=False)
+    with Archive(tmp_path / "run" / "archive.db", readonly=True) as a:
+        archived = [c.answer_vectors for c in a.recent_groups(1)[0].completions]
+        seed_row = a.programs(island=-1)[0]
+    assert archived[0][0] == [1.0] * 3 and archived[0][1] == seed_row.vector and archived[2] == [[0.0] * 3] * 3
+    sc = score_completions(problem, texts, 3, pool, known={seed_row.ast_hash: seed_row.id},
+                           known_evaluation=lambda pid: seed_row.evaluation)
+    assert sc.vectors == archived and sc.triage.n_dup == 2
+    assert score_completions(problem, texts, 3, pool).vectors == archived
+    scorer = AnswerScorer([str(tmp_path / "problems")], evaluator=pool)
+    assert [scorer.matrix(problem.id, problem.seed_code, t, 3).tolist() for t in texts] == archived
+
+
 def test_archive_keeps_the_dedupe_hash_in_its_own_column(campaign):
     problem, _, _, seed_row = campaign
     assert seed_row.ast_hash == normalized_hash(problem.seed_code)

@@ -802,14 +802,14 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
                     completion_id, answer_index, ast_hash: str) -> tuple:
         scalar = sum(vec) / len(vec)
         return (pid, problem, isl, it, ar._dumps_numbers(parents), code, ar.code_hash(code), ar._dumps_numbers(vec),
-                scalar, 0, "wrong", ar._dumps({"ast_hash": ast_hash}), 0, completion_id, answer_index, pid, 0)
+                scalar, 0, "wrong", ar._dumps({}), 0, completion_id, answer_index, pid, 0, ast_hash)
 
     def flush() -> None:
         conn.execute("BEGIN")
         conn.executemany(f'INSERT INTO "groups"(id, problem, island, iteration, parent_id, prompt, policy_version, n, '
                          f'm) VALUES ({", ".join("?" * 9)})', rows_g)
         conn.executemany(f"INSERT INTO completions({ar._COMPLETION_COLS}) VALUES ({', '.join('?' * 12)})", rows_c)
-        conn.executemany(f"INSERT INTO programs({ar._PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows_p)
+        conn.executemany(f"INSERT INTO programs({ar._PROGRAM_COLS}) VALUES ({', '.join('?' * 18)})", rows_p)
         conn.executemany("INSERT INTO metrics(iteration, data) VALUES (?, ?)", rows_m)
         conn.executemany("INSERT INTO portfolio(iteration, member, policy_version, reward, data) VALUES (?, ?, ?, ?, ?)",
                          rows_f)

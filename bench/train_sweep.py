@@ -44,7 +44,7 @@ CONFIGS = [  # name, lora rank (0: full fine-tuning), lr, G, epochs
 
 def probe_set(backend, problems, pool, m: int, seed: int):
     """Held-out prompts and two completions each from the untrained model: (prompt ids, completion ids)."""
-    from evolve.study import seed_prompt
+    from proposer.scoring import seed_prompt
     from proposer.base import SamplingParams
 
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])

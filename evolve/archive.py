@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS programs(
     completion_id INTEGER REFERENCES completions(id),
     answer_index INTEGER,
     eval_index INTEGER NOT NULL UNIQUE,
-    staleness INTEGER NOT NULL DEFAULT 0
+    staleness INTEGER NOT NULL DEFAULT 0,
+    ast_hash TEXT
 );
 CREATE TABLE IF NOT EXISTS metrics(iteration INTEGER PRIMARY KEY, data TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS state(key TEXT PRIMARY KEY, iteration INTEGER NOT NULL, value TEXT NOT NULL);
@@ -101,7 +102,7 @@ CREATE INDEX IF NOT EXISTS groups_problem ON "groups"(problem, id);
 """
 
 _PROGRAM_COLS = ("id, problem, island, iteration, parent_ids, code, code_hash, vector, scalar, solved, status, "
-                 "artifacts, policy_version, completion_id, answer_index, eval_index, staleness")
+                 "artifacts, policy_version, completion_id, answer_index, eval_index, staleness, ast_hash")
 _COMPLETION_COLS = ("id, group_id, idx, text, answers, answer_vectors, token_ids, logprobs, prompt_token_ids, "
                     "policy_version, sampling, finish_reason")
 
@@ -240,6 +241,7 @@ class ProgramRecord:
     answer_index: int | None = None
     policy_version: int | None = None
     staleness: int = 0
+    ast_hash: str | None = None  # the dedupe key (proposer.mutate.normalized_hash); None for format errors
 
 
 # --------------------------------------------------------------------------------------------- rows (out)
@@ -263,6 +265,7 @@ class ProgramRow:
     answer_index: int | None
     eval_index: int
     staleness: int
+    ast_hash: str | None = None  # None: a format error, or an archive from before the column
 
     @property
     def evaluation(self) -> Evaluation:
@@ -346,7 +349,7 @@ def _program_row(r: tuple) -> ProgramRow:
     return ProgramRow(id=r[0], problem=r[1], island=r[2], iteration=r[3], parent_ids=json.loads(r[4]), code=r[5],
                       code_hash=r[6], vector=json.loads(r[7]), scalar=float(r[8]), solved=bool(r[9]), status=r[10],
                       artifacts=json.loads(r[11]), policy_version=r[12], completion_id=r[13], answer_index=r[14],
-                      eval_index=r[15], staleness=r[16])
+                      eval_index=r[15], staleness=r[16], ast_hash=r[17])
 
 
 def _completion_row(r: tuple) -> CompletionRow:
@@ -362,7 +365,13 @@ def _create_schema(c: sqlite3.Connection) -> None:
     for stmt in _SCHEMA.split(";"):
         if stmt.strip():
             c.execute(stmt)
+    if not _has_ast_hash(c):  # archives from before the column: their programs are hashed again on resume
+        c.execute("ALTER TABLE programs ADD COLUMN ast_hash TEXT")
     c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('archive_version', ?)", (SCHEMA_VERSION,))
+
+
+def _has_ast_hash(c: sqlite3.Connection) -> bool:
+    return any(r[1] == "ast_hash" for r in c.execute("PRAGMA table_info(programs)"))
 
 
 def check_archive_file(path: Path) -> None:
@@ -434,6 +443,7 @@ class Archive:
 
     def __init__(self, path: str | Path, readonly: bool = False, durable: bool = False):
         self.path = Path(path)
+        self._program_cols = _PROGRAM_COLS
         self.readonly = readonly
         self._lock = threading.RLock()
         if readonly:
@@ -447,6 +457,8 @@ class Archive:
                 self._conn.close()
                 raise ArchiveError(f"{self.path}: not a vevo archive (no vevo tables)")
             self.version = self.get_meta("archive_version", "1")
+            if not _has_ast_hash(self._conn):  # read-only, from before the column: the hashes read as None
+                self._program_cols = _PROGRAM_COLS.replace(", ast_hash", ", NULL")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
@@ -603,9 +615,10 @@ class Archive:
                 rows.append((first_id + len(rows), p.problem, p.island, iteration,
                              _dumps_numbers([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
                              _dumps_numbers(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
-                             _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness))
+                             _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness,
+                             p.ast_hash))
             # one statement for all programs; ids are explicit (single writer inside BEGIN IMMEDIATE)
-            c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 17)})", rows)
+            c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 18)})", rows)
             ids = [r[0] for r in rows]
             c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
             if portfolio is not None:
@@ -648,7 +661,7 @@ class Archive:
         return max(r[1] for r in rows), {k: json.loads(v) for k, _, v in rows}
 
     def program(self, program_id: int) -> ProgramRow | None:
-        rows = self._query(f"SELECT {_PROGRAM_COLS} FROM programs WHERE id = ?", (program_id,))
+        rows = self._query(f"SELECT {self._program_cols} FROM programs WHERE id = ?", (program_id,))
         return _program_row(rows[0]) if rows else None
 
     def programs(self, problem: str | None = None, island: int | None = None,
@@ -659,7 +672,7 @@ class Archive:
             if value is not None:
                 where.append(cond)
                 params.append(value)
-        sql = f"SELECT {_PROGRAM_COLS} FROM programs"
+        sql = f"SELECT {self._program_cols} FROM programs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         return [_program_row(r) for r in self._query(sql + " ORDER BY id", params)]
@@ -684,8 +697,8 @@ class Archive:
             rows = self._query(
                 "SELECT id, problem, island, iteration, scalar, solved, status, "
                 "CASE WHEN instr(artifacts, '\"error\"') OR instr(artifacts, '\"first_error\"') "
-                "OR instr(artifacts, '\"exit\"') THEN artifacts END, json_extract(artifacts, '$.ast_hash'), "
-                "CASE WHEN COALESCE(json_extract(artifacts, '$.ast_hash'), '') = '' THEN code END "
+                "OR instr(artifacts, '\"exit\"') THEN artifacts END, COALESCE(ast_hash, json_extract(artifacts, '$.ast_hash')), "
+                "CASE WHEN COALESCE(ast_hash, json_extract(artifacts, '$.ast_hash'), '') = '' THEN code END "
                 "FROM programs WHERE id > ? AND iteration <= ? ORDER BY id LIMIT ?", (last, through, page))
             for r in rows:
                 yield r[:7] + ({} if r[7] is None else json.loads(r[7]),) + r[8:]

@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
@@ -45,11 +45,11 @@ from problems import metrics as metric_columns
 from problems.model import Problem
 from proposer.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
 from proposer import naming
-from proposer.mutate import MutationError, apply_answer, normalized_hash
-from proposer.parsing import parse_answers
-from proposer.prompting import PromptContext, build_prompt
+from proposer import feedback, scoring
+from proposer.mutate import normalized_hash
+from proposer.scoring import Slot, Triage, answer_vectors, triage
 
-from . import feedback, health
+from . import health
 from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
 from .config import CampaignConfig
 from .hooks import TrainerHook
@@ -61,14 +61,6 @@ from .program_cache import live_ids, replay
 from .progress import Rate, Reporter, as_reporter
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
-
-
-@dataclass
-class Candidate:
-    completion: int
-    answer: int
-    code: str
-    ast_hash: str
 
 
 @dataclass
@@ -84,32 +76,6 @@ class Outcome:
     n_format_error: int
     eval_seconds: float
     n_in_flight_dup: int = 0                 # evaluated, then found committed by an earlier in-flight batch
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one answer's test vector comes from: nowhere (empty or unusable: zeros), a program already in the
-    archive (``ref`` = its id), or a fresh candidate of this batch (``ref`` = its index in ``Triage.fresh``)."""
-    kind: Literal["zero", "known", "fresh"]
-    ref: int = -1
-
-
-@dataclass(frozen=True)
-class FormatError:
-    completion: int
-    answer: int
-    text: str
-    error: str
-
-
-@dataclass
-class Triage:
-    """A batch's answers sorted before evaluation: only ``fresh`` candidates go to the sandbox."""
-    answers: list[list[str]]        # per completion, the m answer bodies
-    slots: list[list[Slot]]         # per completion, per answer
-    fresh: list[Candidate]
-    format_errors: list[FormatError]
-    n_dup: int
 
 
 @dataclass
@@ -133,50 +99,6 @@ class KnownBefore:
         return pid if pid is not None and pid <= self.limit else None
 
 
-def triage(completions: list[Completion], parent_code: str, m: int, known: Any,
-           renaming: naming.Renaming | None = None) -> Triage:
-    """Parse each completion into m answers, apply each to the parent, and dedupe by normalised AST against the
-    archive (``known.get(hash)`` -> program id or None: a dict or a `KnownBefore`) and within the batch. With a
-    ``renaming`` the answers are in the model's names: applied to the renamed parent, then renamed back. Pure:
-    the same inputs give the same triage."""
-    tri = Triage([], [], [], [], 0)
-    shown = renaming.to_model(parent_code) if renaming is not None else parent_code
-    fresh_by_hash: dict[str, int] = {}
-    for ci, comp in enumerate(completions):
-        parsed = parse_answers(comp.text, m)
-        tri.answers.append([a.body for a in parsed])
-        if all(a.kind == "empty" for a in parsed):
-            tri.format_errors.append(FormatError(ci, 0, comp.text, "no answers in the expected format"))
-            tri.slots.append([Slot("zero")] * m)
-            continue
-        row: list[Slot] = []
-        for ai, a in enumerate(parsed):
-            if a.kind == "empty":
-                row.append(Slot("zero"))
-                continue
-            try:
-                code = apply_answer(shown, a)
-                code = renaming.from_model(code) if renaming is not None else code
-            except MutationError as e:
-                tri.format_errors.append(FormatError(ci, ai, a.body, str(e)))
-                row.append(Slot("zero"))
-                continue
-            h = normalized_hash(code)
-            pid = known.get(h)
-            if pid is not None:
-                tri.n_dup += 1
-                row.append(Slot("known", pid))
-            elif h in fresh_by_hash:
-                tri.n_dup += 1
-                row.append(Slot("fresh", fresh_by_hash[h]))
-            else:
-                fresh_by_hash[h] = len(tri.fresh)
-                row.append(Slot("fresh", len(tri.fresh)))
-                tri.fresh.append(Candidate(ci, ai, code, h))
-        tri.slots.append(row)
-    return tri
-
-
 def settle(tri: Triage, known: Any) -> tuple[Triage, list[int]]:
     """The triage of the same answers against a larger archive (``known`` ⊇ the one ``tri`` was made with): fresh
     candidates archived meanwhile become duplicates of the archived program. Returns it and the indices of the
@@ -193,19 +115,8 @@ def settle(tri: Triage, known: Any) -> tuple[Triage, list[int]]:
     slots = [[Slot("known", now[s.ref]) if s.kind == "fresh" and s.ref in now else
               Slot("fresh", index[s.ref]) if s.kind == "fresh" else s for s in row] for row in tri.slots]
     # each fresh candidate had one first occurrence (its later ones were counted as duplicates already)
-    return Triage(tri.answers, slots, [tri.fresh[i] for i in keep], tri.format_errors, tri.n_dup + len(now)), keep
-
-
-def answer_vectors(slots: list[list[Slot]], evs: list[Evaluation], known_vector: Callable[[int], Any],
-                   d: int) -> list[list[list[float]]]:
-    """Per completion, per answer, the test vector the trainer learns from (zeros for unusable answers)."""
-    def one(s: Slot) -> list[float]:
-        if s.kind == "known":
-            return [float(x) for x in known_vector(s.ref)]
-        if s.kind == "fresh":
-            return [float(x) for x in evs[s.ref].vector]
-        return [0.0] * d
-    return [[one(s) for s in row] for row in slots]
+    return Triage(tri.answers, slots, [tri.fresh[i] for i in keep], tri.format_errors, tri.n_dup + len(now),
+                  tri.kinds), keep
 
 
 class Campaign:
@@ -348,14 +259,12 @@ class Campaign:
         t0 = time.perf_counter()
         self.reporter.phase(f"evaluating {len(self.order)} seed program{'s' * (len(self.order) != 1)}")
         evs = self.evaluator.evaluate_many([(self.problems[pid], self.problems[pid].seed_code) for pid in self.order])
-        progs = []
-        for pid, ev in zip(self.order, evs):
-            ev.artifacts["ast_hash"] = normalized_hash(self.problems[pid].seed_code)
-            progs.append(ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev))
+        progs = [ProgramRecord(problem=pid, island=-1, code=self.problems[pid].seed_code, evaluation=ev,
+                               ast_hash=normalized_hash(self.problems[pid].seed_code)) for pid, ev in zip(self.order, evs)]
         pop = self.population
         first = pop.n_programs + 1
-        for i, (pid, ev) in enumerate(zip(self.order, evs)):
-            pop.add_seed(first + i, pid, self.problems[pid].seed_code, ev)
+        for i, (pid, ev, p) in enumerate(zip(self.order, evs, progs)):
+            pop.add_seed(first + i, pid, p.code, ev, p.ast_hash)
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(pop.solved)}
         self.health.observe(health.observation(0, metrics, self.cfg.answers,
                                                [_outcome(p.problem, p.evaluation) for p in progs]))
@@ -373,26 +282,16 @@ class Campaign:
         arm = self.portfolio.choose(t)  # from the rewards committed through t-D-1, as the parent is
         parent, insp_ids = self.population.select(key)
         stale = sum((b.problem, b.island) == key for b in in_flight)  # its island's batches in flight
+        problem, cache = self.problems[key[0]], self.population.cache
+        prompt = scoring.parent_prompt(problem, cache[parent], arm.answers or self.cfg.answers,
+                                       inspirations=[cache[j] for j in insp_ids],
+                                       style=self.prompt_styles[arm.name], reasoning=self.cfg.sampling.reasoning,
+                                       mode=self.cfg.sampling.answer_mode, labels=self.labels[problem.id],
+                                       alias=naming.entry_name(self.members[arm.name][1]))
         batch = Batch(iteration=t, problem=key[0], island=key[1], parent_id=parent, inspiration_ids=insp_ids,
-                      prompt=self._prompt(self.problems[key[0]], parent, insp_ids, arm), staleness=stale,
-                      member=arm.name)
+                      prompt=prompt, staleness=stale, member=arm.name)
         self.population.in_flight = [*in_flight, batch]  # their parents stay in the member cache
         return batch
-
-    def _prompt(self, problem: Problem, parent: int, insp_ids: list[int], arm: Arm) -> str:
-        cache = self.population.cache
-        pm = cache[parent]
-        labels = self.labels[problem.id] or pm.names or [f"metric {j}" for j in range(pm.vector.size)]
-        ctx = PromptContext(problem_id=problem.id, description=problem.description, parent_code=pm.code,
-                            parent_vector=[float(x) for x in pm.vector], test_labels=labels[: pm.vector.size],
-                            parent_stderr=pm.stderr if pm.status not in ("ok", "wrong") else "",
-                            inspirations=[(cache[j].code, [float(x) for x in cache[j].vector]) for j in insp_ids],
-                            m=arm.answers or self.cfg.answers, mode=self.cfg.sampling.answer_mode,
-                            metrics=None if pm.metrics is None else {"score": pm.scalar, **pm.metrics},
-                            feedback=pm.feedback or {},
-                            inspiration_scores=[cache[j].scalar for j in insp_ids])
-        ctx = naming.present(ctx, self._renaming(problem.id, pm.code, self.members[arm.name][1]))
-        return build_prompt(ctx, style=self.prompt_styles[arm.name], reasoning=self.cfg.sampling.reasoning)
 
     def arm(self, batch: Batch) -> tuple[Arm, Backend]:
         """The member proposing ``batch`` and its backend."""
@@ -427,10 +326,9 @@ class Campaign:
             known = KnownBefore(known, batch.known_limit)
         code = self.population.cache[batch.parent_id].code
         arm, backend = self.arm(batch)
-        tri = triage(batch.completions, code, arm.answers or self.cfg.answers, known,
+        tri = triage([c.text for c in batch.completions], code, arm.answers or self.cfg.answers, known,
                      self._renaming(batch.problem, code, backend))
-        evs = self.evaluator.evaluate_many([(self.problems[batch.problem], c.code) for c in tri.fresh],
-                                           self.cfg.sandbox.eval_timeout) if tri.fresh else []
+        evs = scoring.evaluate(tri, self.problems[batch.problem], self.evaluator, self.cfg.sandbox.eval_timeout)
         return Screened(batch, tri, evs, time.perf_counter() - t0)
 
     def commit(self, screened: Screened, in_flight: list[Batch]) -> None:
@@ -464,11 +362,10 @@ class Campaign:
         programs: list[ProgramRecord] = []
         hashes: list[str | None] = []
         for c, ev in zip(tri.fresh, evs):
-            ev.artifacts["ast_hash"] = c.ast_hash
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
                                           parent_ids=[batch.parent_id] + batch.inspiration_ids,
                                           completion=(0, c.completion), answer_index=c.answer,
-                                          staleness=batch.staleness))
+                                          staleness=batch.staleness, ast_hash=c.ast_hash))
             hashes.append(c.ast_hash)
         for f in tri.format_errors:
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island,

@@ -27,7 +27,7 @@ from problems import metrics as metric_columns
 from problems.errors import VevoError
 from proposer.mutate import normalized_hash
 
-from . import feedback, selection
+from . import selection
 from .archive import Archive, ProgramRecord
 from .config import SelectionConfig
 from .islands import Island, Member
@@ -76,9 +76,9 @@ class Population:
         self.known[problem].setdefault(ast_hash or normalized_hash(code), pid)
         self.best[problem] = max(self.best.get(problem, -math.inf), float(ev.scalar))
 
-    def add_seed(self, pid: int, problem: str, code: str, ev: Evaluation) -> None:
+    def add_seed(self, pid: int, problem: str, code: str, ev: Evaluation, ast_hash: str) -> None:
         """Iteration 0: a problem's seed program, a member of each of its islands."""
-        self.remember(pid, problem, code, ev, ev.artifacts["ast_hash"])
+        self.remember(pid, problem, code, ev, ast_hash)
         self.baseline.setdefault(problem, float(ev.scalar))
         for k in range(self.n_islands):
             self.islands[(problem, k)].members.append(pid)

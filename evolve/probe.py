@@ -24,8 +24,7 @@ from problems.model import Problem
 from proposer import naming
 from proposer.base import SamplingParams
 from proposer.rewards import comparable_reward
-
-from .scoring import score_completions, seed_prompt
+from proposer.scoring import score_completions, seed_prompt
 
 # where held-out probe problems come from: the first suite with enough problems the run does not use
 PROBE_SUITES = ("pbe-hard-train", "pbe-train", "pbe-heldout")
@@ -77,7 +76,7 @@ def reward(backend, probe: Probe, evaluator, *, m: int, group: int, seed: int, t
                               SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed))
     mats: list[np.ndarray] = []
     for p, d, comps in zip(probe.problems, probe.dims, groups):
-        mats += score_completions(p, [c.text for c in comps], m, d, evaluator, alias)[0]
+        mats += score_completions(p, [c.text for c in comps], m, evaluator, d=d, alias=alias).matrices
     return comparable_reward(mats)["mean_set_reward"]
 
 

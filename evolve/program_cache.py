@@ -22,7 +22,9 @@ import numpy as np
 from evaluators.types import Evaluation
 from proposer.mutate import normalized_hash
 
-from . import feedback, health
+from proposer import feedback
+
+from . import health
 from .archive import Archive
 from .islands import Island, Member
 

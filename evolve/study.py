@@ -23,16 +23,15 @@ from proposer import naming
 from proposer.backends import PRETRAIN_RECORD
 from proposer.estimators import ESTIMATORS
 from proposer.files import honour_umask
-from proposer.parsing import parse_answers
 from proposer.rewards import comparable_reward, reward_diversity
+from proposer.scoring import score_completions, seed_prompt
 from proposer.training import PolicyTrainer, TrainSample
 
 from .config import CampaignConfig
 from .progress import as_reporter, training_fields
-from .scoring import score_completions, seed_prompt
 from .trainer_setup import build_trainer
 
-__all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k", "score_completions", "seed_prompt"]
+__all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k"]
 
 
 def _style(backend) -> str:
@@ -88,7 +87,8 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
         mats, gids, comps = [], [], []
         for gi, (i, comps_i) in enumerate(zip(chosen, groups)):
             d = max(1, len(seeds[i].vector))
-            ms, _ = score_completions(problems[i], [c.text for c in comps_i], m, d, pool, naming.entry_name(backend))
+            ms = score_completions(problems[i], [c.text for c in comps_i], m, pool, d=d,
+                                   alias=naming.entry_name(backend)).matrices
             mats += ms
             gids += [gi] * len(ms)
             comps += comps_i
@@ -228,15 +228,14 @@ def evaluate_proposer(backend, problems: list[Problem], pool, *, k: int = 30, m:
     for p, s, comps in zip(problems, seeds, groups):
         d = max(1, len(s.vector))
         texts = [c.text for c in comps]
-        mats, evs = score_completions(p, texts, m, d, pool, naming.entry_name(backend))
-        for t in texts:
-            for a in parse_answers(t, m):
-                total += 1
-                parsed += a.kind in ("code", "diff")
-        rows = np.concatenate(mats)[:n] if mats else np.zeros((0, d))
-        solved_flags = [ev.solved for ev in evs][:n]
-        c = sum(solved_flags)
-        scal = [ev.scalar for ev in evs][:n]
+        sc = score_completions(p, texts, m, pool, d=d, alias=naming.entry_name(backend))
+        kinds = [k for row in sc.triage.kinds or [] for k in row]
+        total += len(kinds)
+        parsed += sum(k in ("code", "diff") for k in kinds)
+        rows = np.concatenate(sc.matrices)[:n] if sc.matrices else np.zeros((0, d))
+        slots = [ev for row in sc.slot_evaluations() for ev in row][:n]  # the budget: every answer slot
+        c = sum(ev is not None and ev.solved for ev in slots)
+        scal = [ev.scalar if ev is not None else 0.0 for ev in slots]
         full = scal + [0.0] * (n - len(scal))
         per.append({"problem": p.id, "n": n, "solved": c, f"pass@{k}": pass_at_k(n, c, k),
                     "pass@1": pass_at_k(n, c, 1), f"best@{k}": _best_at_k(full, k),

@@ -117,9 +117,9 @@ ESTIMATOR_FNS = {f"vevo_{name}": make_estimator(name) for name in ESTIMATORS}
 
 # ----------------------------------------------------------------------------------------------- reward
 class AnswerScorer:
-    """(m x d) answer-by-test matrix of one multi-answer completion: parse, apply each answer to the parent, run
-    the new programs in a warm sandbox pool (the same sandbox as a campaign). Unparsable or inapplicable
-    answers score 0 on every test."""
+    """(m x d) answer-by-test matrix of one multi-answer completion, scored as a campaign scores a batch
+    (proposer/scoring.py: parse, apply to the parent, dedupe, run the new programs in a warm sandbox pool, the
+    same sandbox as a campaign). Unparsable or inapplicable answers score 0 on every test."""
 
     def __init__(self, problems_dir: Iterable[str] = (), workers: int = 2, evaluator=None):
         from problems.registry import discover
@@ -136,43 +136,37 @@ class AnswerScorer:
             self._evaluator = SandboxPool(workers=self.workers)
         return self._evaluator
 
-    def matrix(self, problem_id: str, parent_code: str, text: str, m: int) -> np.ndarray:
-        from proposer.mutate import MutationError, apply_answer
-        from proposer.parsing import parse_answers
+    def matrix(self, problem_id: str, parent_code: str, text: str, m: int, alias: str | None = None) -> np.ndarray:
+        """``alias``: the function name the prompt showed (`export_rows`), answers are renamed back from it."""
+        from .scoring import score_completions
 
         problem = self.registry.get(problem_id)
-        codes: list[str | None] = []
-        for a in parse_answers(text, m):
-            try:
-                codes.append(apply_answer(parent_code, a))
-            except MutationError:
-                codes.append(None)
-        todo = [c for c in codes if c is not None]
-        evs = iter(self.evaluator.evaluate_many([(problem, c) for c in todo]) if todo else [])
-        d = problem.n_tests
-        rows = [list(next(evs).vector) if c is not None else [0.0] * d for c in codes]
-        width = max([d] + [len(r) for r in rows])
-        return np.array([r + [0.0] * (width - len(r)) for r in rows]).reshape(len(rows), width)
+        return score_completions(problem, [text], m, self.evaluator, d=problem.n_tests, parent_code=parent_code,
+                                 alias=alias).matrices[0]
 
     def close(self) -> None:
         if self._evaluator is not None:
             self._evaluator.close()
 
 
-def export_rows(problems: Iterable[Any], m: int = 4, style: str = "compact") -> list[dict]:
-    """veRL dataset rows (RLHFDataset's fields) for problems, with the seed as parent: one multi-answer prompt each;
-    the reward manager finds the problem again by id (``reward_model.ground_truth``)."""
-    from proposer.prompting import PromptContext, build_prompt
+def export_rows(problems: Iterable[Any], evaluator, m: int = 4, style: str = "compact",
+                alias: str | None = None) -> list[dict]:
+    """veRL dataset rows (RLHFDataset's fields) for problems, with the seed as parent: one multi-answer prompt each,
+    the one a campaign shows first (its seed program evaluated by ``evaluator``: real per-test results; ``alias``:
+    the function name the model writes, as a campaign shows it to that model). The reward manager finds the
+    problem again by id (``reward_model.ground_truth``) and scores the answers against the same parent."""
+    from .scoring import problem_labels, seed_prompt
 
+    problems = list(problems)
+    seeds = evaluator.evaluate_many([(p, p.seed_code) for p in problems]) if problems else []
     rows = []
-    for p in problems:
-        labels = [p.test_label(i) for i in range(p.n_tests)]
-        ctx = PromptContext(problem_id=p.id, description=p.description, parent_code=p.seed_code,
-                            parent_vector=[0.0] * p.n_tests, test_labels=labels, m=m)
-        rows.append({"data_source": "vevo", "prompt": [{"role": "user", "content": build_prompt(ctx, style=style)}],
-                     "ability": "code", "reward_model": {"style": "rule", "ground_truth": p.id},
-                     "extra_info": {"problem_id": p.id, "parent_code": p.seed_code, "m": m,
-                                    "tests": json.dumps(labels)}})
+    for p, ev in zip(problems, seeds):
+        info = {"problem_id": p.id, "parent_code": p.seed_code, "m": m, "tests": json.dumps(problem_labels(p))}
+        if alias is not None:
+            info["alias"] = alias
+        rows.append({"data_source": "vevo",
+                     "prompt": [{"role": "user", "content": seed_prompt(p, ev, m, style=style, alias=alias)}],
+                     "ability": "code", "reward_model": {"style": "rule", "ground_truth": p.id}, "extra_info": info})
     return rows
 
 
@@ -189,7 +183,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
         _SCORER = AnswerScorer(os.environ.get("VEVO_PROBLEMS_PATH", "").split(os.pathsep) if
                                os.environ.get("VEVO_PROBLEMS_PATH") else ())
     info = extra_info or {}
-    mat = _SCORER.matrix(str(ground_truth), info.get("parent_code", ""), solution_str, int(info.get("m", 4)))
+    mat = _SCORER.matrix(str(ground_truth), info.get("parent_code", ""), solution_str, int(info.get("m", 4)),
+                         info.get("alias"))
     return {"score": comparable_score(mat), "answers": int(mat.shape[0]), "matrix": json.dumps(mat.tolist())}
 
 

@@ -48,7 +48,8 @@ class VevoRewardManager(RewardManagerBase):
         info = item.non_tensor_batch.get("extra_info", {}) or {}
         pid = str(item.non_tensor_batch["reward_model"]["ground_truth"])
         mat = await self.loop.run_in_executor(
-            None, lambda: self.scorer().matrix(pid, info.get("parent_code", ""), text, int(info.get("m", 4))))
+            None, lambda: self.scorer().matrix(pid, info.get("parent_code", ""), text, int(info.get("m", 4)),
+                                               info.get("alias")))
         score = comparable_score(mat)
         return {"reward_score": {"matrix": mat.tolist(), "score": score},
                 "reward_extra_info": {"vevo_set_reward": score, "vevo_answers": int(mat.shape[0])}}

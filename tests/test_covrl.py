@@ -202,7 +202,7 @@ needs_tiny = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(),
 
 def _items(problems):
     from evaluators.types import Evaluation
-    from evolve.study import seed_prompt
+    from proposer.scoring import seed_prompt
 
     return [(seed_prompt(p, Evaluation(vector=[0.0] * p.n_tests, scalar=0.0, solved=False, status="wrong"), 2),
              p.reference_code.rstrip("\n")) for p in problems]

@@ -219,14 +219,14 @@ def test_seedless_sampling_uses_backend_seed(model_dir):
 # ----------------------------------------------------------------------------------- bundled checkpoint
 
 @pytest.mark.skipif(not (TINY_CHECKPOINT / "model.safetensors").is_file(), reason="tiny checkpoint not built")
-def test_bundled_tiny_checkpoint_answers_parse():
+def test_bundled_tiny_checkpoint_answers_parse(pool):
     from proposer.mutate import apply_answer
     from proposer.parsing import parse_answers
     from proposer.tiny.quality import pbe_items
 
     b = make_backend("tiny", device="cpu")
     assert next(b.model.parameters()).dtype == torch.float32
-    item = pbe_items("train", 1)[0]
+    item = pbe_items("train", pool, 1)[0]
     groups = b.generate([item["prompt"]], 4, SamplingParams(temperature=1.0, max_tokens=384, seed=0))
     answers = [a for c in groups[0] for a in parse_answers(c.text, 4)]
     code = [a for a in answers if a.kind == "code"]

@@ -91,8 +91,8 @@ def test_synthetic_archive_looks_like_a_campaigns_and_resumes(lo, tmp_path):
     with Archive(run / "archive.db", readonly=True) as a:
         rows = a.programs()
         assert [r.id for r in rows] == list(range(1, info["programs"] + 1))
-        assert all(r.artifacts["ast_hash"] == normalized_hash(r.code) for r in rows)
-        assert len({r.artifacts["ast_hash"] for r in rows}) == len(rows)
+        assert all(r.ast_hash == normalized_hash(r.code) for r in rows)
+        assert len({r.ast_hash for r in rows}) == len(rows)
         metrics = a.metrics_rows()
         assert [m.iteration for m in metrics] == list(range(iters + 1))
         assert set(metrics[1].data) == set(real["metrics"][1].data)

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import json
 
-from evolve.campaign import triage
 from evolve.config import load_config
 from evolve.runner import start
-from proposer.base import Completion
 from proposer.naming import Renaming, entry_name, present, rename_code, rename_text
 from proposer.parsing import format_answers
+from proposer.scoring import triage
 from proposer.prompting import PromptContext, build_prompt
 from tests.campaign_helpers import vevo
 
@@ -53,7 +52,7 @@ def test_prompt_shows_the_models_name_and_triage_maps_answers_back():
     assert "solve(" not in prompt.replace('"""solve()', "").replace("obj.solve", "").replace("g(solve=", "")
     assert "FAIL f([1, 2]) == 3" in prompt and "Write f(xs)" in prompt
     text = format_answers(["def f(xs):\n    return sum(xs)\n", "def f(xs):\n    return f(xs[:1])\n"])
-    tri = triage([Completion(text=text[len("<answer_1>"):])], PARENT, 2, {}, ren)
+    tri = triage([text[len("<answer_1>"):]], PARENT, 2, {}, ren)
     codes = [c.code for c in tri.fresh]
     assert len(codes) == 2 and all("def solve(xs):" in c and "def f" not in c for c in codes)
     assert "return solve(xs[:1])" in codes[1] and codes[0].startswith('"""solve() docs')
@@ -76,9 +75,9 @@ def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
 
 
 def test_vevo_train_and_eval_score_answers_in_the_models_names(tmp_path):
-    """evolve/scoring.py (vevo train / eval): the seed prompt says f, answers written as f score as solve."""
+    """proposer/scoring.py (vevo train / eval): the seed prompt says f, answers written as f score as solve."""
     from evaluators.pool import SandboxPool
-    from evolve.scoring import score_completions, seed_prompt
+    from proposer.scoring import score_completions, seed_prompt
     from problems.model import load_native
     from problems.scaffold import new_problem
 
@@ -88,7 +87,7 @@ def test_vevo_train_and_eval_score_answers_in_the_models_names(tmp_path):
         seed_ev = pool.evaluate(p, p.seed_code)
         assert "def f(xs):" in seed_prompt(p, seed_ev, 2, alias="f") and "solve" not in seed_prompt(p, seed_ev, 2,
                                                                                                      alias="f")
-        renamed, _ = score_completions(p, [text], 2, 3, pool, alias="f")
-        as_is, _ = score_completions(p, [text], 2, 3, pool)
+        renamed = score_completions(p, [text], 2, pool, d=3, alias="f").matrices
+        as_is = score_completions(p, [text], 2, pool, d=3).matrices
     assert renamed[0].tolist() == [[1.0, 1.0, 1.0], [0.0, 1.0, 0.0]]
     assert as_is[0].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # NameError: entry point 'solve'

@@ -13,11 +13,11 @@ import pytest
 
 from evaluators.pool import SandboxPool
 from evolve.archive import Archive
-from evolve.campaign import KnownBefore, settle, triage
+from evolve.campaign import KnownBefore, settle
+from proposer.scoring import triage
 from evolve.config import load_config
 from evolve.runner import start
 from problems.suites import SUITES
-from proposer.base import Completion
 from proposer.mutate import normalized_hash
 from proposer.parsing import format_answers
 from proposer.replay import ReplayBackend
@@ -42,10 +42,9 @@ def test_settle_equals_triage_against_the_larger_archive():
     checked = settled = 0
     for _ in range(300):
         m = rng.randint(1, 4)
-        comps = [Completion(text=tail(format_answers([rng.choice(pool) for _ in range(m)])))
-                 for _ in range(rng.randint(1, 4))]
+        comps = [tail(format_answers([rng.choice(pool) for _ in range(m)])) for _ in range(rng.randint(1, 4))]
         if rng.random() < 0.2:
-            comps.append(Completion(text="prose only"))
+            comps.append("prose only")
         big = {h: 100 + i for i, h in enumerate(hashes) if rng.random() < 0.5}
         small = {h: pid for h, pid in big.items() if rng.random() < 0.5}
         first = triage(comps, parent, m, small)

@@ -26,9 +26,7 @@ def grown(seed: int = 0, **sel) -> Population:
     """Two problems, two islands each, seeds plus five programs per island, selection by tournament."""
     pop = Population(["a", "b"], 2, seed, SelectionConfig(method="tournament", **sel), retire_solved=True)
     for pid, problem in ((1, "a"), (2, "b")):
-        seed_ev = ev([0.0, 0.0, 0.0])
-        seed_ev.artifacts["ast_hash"] = normalized_hash(code(-pid))
-        pop.add_seed(pid, problem, code(-pid), seed_ev)
+        pop.add_seed(pid, problem, code(-pid), ev([0.0, 0.0, 0.0]), normalized_hash(code(-pid)))
     pop.n_programs = 2
     for t, key in enumerate(pop.keys * 2, start=1):
         progs = [ProgramRecord(key[0], key[1], code(10 * t + j), ev([j / 4, (t % 3) / 2, 0.0])) for j in range(3)]

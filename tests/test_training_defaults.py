@@ -18,7 +18,7 @@ MIN_HELDOUT_KL = 1e-4
 
 def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from evolve.config import CampaignConfig
-    from evolve.study import score_completions, seed_prompt
+    from proposer.scoring import score_completions, seed_prompt
     from problems.suites import SUITES
     from proposer.backends import make_backend
     from proposer.base import SamplingParams
@@ -47,7 +47,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     groups = backend.generate([seed_prompt(p, s, cfg.answers) for p, s in zip(train, seeds)], cfg.group, sp)
     mats, gids, comps = [], [], []
     for gi, (p, s, g) in enumerate(zip(train, seeds, groups)):
-        ms, _ = score_completions(p, [c.text for c in g], cfg.answers, len(s.vector), pool)
+        ms = score_completions(p, [c.text for c in g], cfg.answers, pool, d=len(s.vector)).matrices
         mats += ms
         gids += [gi] * len(ms)
         comps += g

@@ -72,9 +72,9 @@ def test_answer_scorer_runs_answers_in_the_sandbox(pool):
     assert comparable_score(mat) == pytest.approx(1.0)
 
 
-def test_export_rows_are_verl_dataset_rows():
+def test_export_rows_are_verl_dataset_rows(pool):
     probs = SUITES["pbe"]()[:2]
-    rows = export_rows(probs, m=3)
+    rows = export_rows(probs, pool, m=3)
     assert [r["reward_model"]["ground_truth"] for r in rows] == [p.id for p in probs]
     assert rows[0]["prompt"][0]["role"] == "user" and rows[0]["extra_info"]["m"] == 3
     assert rows[0]["extra_info"]["parent_code"] == probs[0].seed_code

@@ -328,7 +328,7 @@ def program(stores: Sequence[RunStore], s: RunStore, program_id: int, info: Info
             f"</b> · score {e(fmt(p.scalar))}{' · solved' if p.solved else ''} · "
             f"{by(p.completion_id is None, p.policy_version)} · parents: {parents}</p>")
     vec = f"<h2>Per-test results</h2><div id='vector'>{test_strip(p.vector, labels)}{test_table(p.vector, labels)}</div>"
-    arts = {k: v for k, v in p.artifacts.items() if k != "ast_hash"}
+    arts = p.artifacts
     feedback = "".join(f"<dt>{e(k)}</dt><dd><pre>{e(v if isinstance(v, str) else json.dumps(v, default=str))}"
                        f"</pre></dd>" for k, v in sorted(arts.items()))
     fb = f"<h2>Evaluator feedback</h2><dl id='feedback'>{feedback or '<dd>none</dd>'}</dl>"

@@ -8,9 +8,10 @@ Prompt sets (none of them is pretraining data):
   measures format and search-readiness, not recall);
 * ``pbe-train m=1`` the pbe train prompts asking for a single answer (the single-answer baseline).
 
-Per answer slot (m per completion): ``parse`` = parse_answers gives a code answer; ``apply`` = apply_answer
-accepts it; ``run`` = the child program executes and f returns on every test input without an exception (in
-a separate process with CPU/memory limits); ``solve`` = it passes every test. Rates are over all m * n slots.
+Per answer slot (m per completion), scored as a campaign scores a batch (proposer/scoring.py, in vevo's sandbox):
+``parse`` = the answer is code or a SEARCH/REPLACE diff; ``apply`` = it applies to the parent; ``run`` = the child
+program ran to the end (status ok or wrong); ``solve`` = it passes every test. Rates are over all m * n slots;
+an answer that repeats an earlier one of its prompt runs once and counts in every slot it fills.
 
     python -m proposer.tiny.quality --model proposer/tiny/checkpoint [--n 4] [--fresh 32]
 """
@@ -19,61 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from typing import Any
 
-_RUNNER = r"""
-import json, resource, signal, sys
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-class _TO(Exception):
-    pass
-def _alarm(*_):
-    raise _TO()
-signal.signal(signal.SIGALRM, _alarm)
-jobs = json.loads(sys.stdin.read())
-out = []
-for code, inputs, expected in jobs:
-    signal.setitimer(signal.ITIMER_REAL, 1.0)
-    try:
-        ns = {"__name__": "candidate"}
-        exec(compile(code, "<candidate>", "exec"), ns)
-        f = ns["f"]
-        got = [f(list(x) if isinstance(x, list) else x) for x in inputs]
-        ok = all(type(g) is type(e) and g == e for g, e in zip(got, expected))
-        res = "solve" if ok else "run"
-    except _TO:
-        res = "timeout"
-    except BaseException as exc:
-        res = "error"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    out.append(res)
-sys.stdout.write(json.dumps(out))
-"""
-
-
-def run_programs(jobs: list[tuple[str, list, list]], timeout: float = 60.0) -> list[str]:
-    """Status per job (code, inputs, expected): "solve", "run" (no error, some test wrong), "error", "timeout".
-    Programs run in a child process (1 GiB address space, 1 s per program); on a batch failure each job is
-    retried alone."""
-    if not jobs:
-        return []
-    try:
-        p = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(jobs), capture_output=True,
-                           text=True, timeout=timeout)
-        res = json.loads(p.stdout)
-        if len(res) == len(jobs):
-            return res
-    except (subprocess.TimeoutExpired, json.JSONDecodeError, ValueError):
-        pass
-    if len(jobs) == 1:
-        return ["timeout"]
-    return [run_programs([j], timeout=5.0)[0] for j in jobs]
-
 
 def fresh_items(seed: int, n: int, start: int = 10**7) -> list[dict[str, Any]]:
-    """n multi-answer corpus samples far beyond any pretraining index."""
+    """n multi-answer corpus samples far beyond any pretraining index, each as a problem (its tests: the sample's
+    inputs and expected outputs, entry point f) with the sample's prompt."""
+    from problems.model import CallCase, Problem
     from proposer.tiny.corpus import generate_corpus
 
     out = []
@@ -81,80 +35,53 @@ def fresh_items(seed: int, n: int, start: int = 10**7) -> list[dict[str, Any]]:
     while len(out) < n:
         s = generate_corpus(seed, 1, start=i, plain_frac=0.0)[0]
         i += 1
-        out.append({"id": f"fresh-{i}", "prompt": s.prompt, "parent": s.meta["parent"], "m": s.m,
-                    "inputs": s.meta["inputs"], "expected": s.meta["expected"]})
+        tests = [CallCase(args=(x,), expected=y) for x, y in zip(s.meta["inputs"], s.meta["expected"])]
+        problem = Problem(id=f"fresh-{i}", seed_code=s.meta["parent"], tests=tests, entry_point="f", time_limit=5.0)
+        out.append({"id": problem.id, "prompt": s.prompt, "parent": s.meta["parent"], "m": s.m, "problem": problem})
     return out
 
 
-def pbe_items(split: str, n: int | None = None, m: int = 4) -> list[dict[str, Any]]:
-    """The pbe problems of a split with their seed program as the parent (the campaign's first prompt)."""
+def pbe_items(split: str, evaluator, n: int | None = None, m: int = 4, alias: str | None = "f") -> list[dict[str, Any]]:
+    """The pbe problems of a split with their seed program as the parent: the campaign's first prompt (the seed
+    evaluated by ``evaluator``; ``alias``: the function name the model writes, the tiny model's by default)."""
     from problems.suites import pbe
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.scoring import seed_prompt
 
     probs = pbe.generate_pbe(n or (pbe.N_TRAIN if split == "train" else pbe.N_HELDOUT), pbe.DEFAULT_SEED, split)
-    out = []
-    for p in probs:
-        inputs = [t.args[0] for t in p.tests]
-        expected = [t.expected for t in p.tests]
-        fn = pbe.compile_fn(p.seed_code)
-        vec = []
-        for x, y in zip(inputs, expected):
-            try:
-                got = fn(list(x) if isinstance(x, list) else x)
-                vec.append(1.0 if type(got) is type(y) and got == y else 0.0)
-            except Exception:  # noqa: BLE001 - a seed that errors fails that test
-                vec.append(0.0)
-        ctx = PromptContext(problem_id=p.id, description=p.description, parent_code=p.seed_code,
-                            parent_vector=vec, test_labels=[p.test_label(i) for i in range(p.n_tests)], m=m)
-        out.append({"id": p.id, "prompt": build_prompt(ctx), "parent": p.seed_code, "m": m, "inputs": inputs,
-                    "expected": expected})
-    return out
+    seeds = evaluator.evaluate_many([(p, p.seed_code) for p in probs]) if probs else []
+    return [{"id": p.id, "prompt": seed_prompt(p, ev, m, alias=alias), "parent": p.seed_code, "m": m, "problem": p}
+            for p, ev in zip(probs, seeds)]
 
 
-def measure(backend, items: list[dict[str, Any]], n: int = 4, temperature: float = 1.0, max_tokens: int = 384,
-            seed: int = 0, batch_prompts: int = 8) -> dict[str, Any]:
+def measure(backend, items: list[dict[str, Any]], evaluator, n: int = 4, temperature: float = 1.0,
+            max_tokens: int = 384, seed: int = 0, batch_prompts: int = 8) -> dict[str, Any]:
     """Generate n completions per item and score every answer slot (see module docstring)."""
-    from proposer.mutate import MutationError, apply_answer, normalized_hash
+    from proposer import naming
     from proposer.base import SamplingParams
-    from proposer.parsing import parse_answers
+    from proposer.scoring import score_completions
 
-    slots = parsed = applied = 0
-    jobs: list[tuple[str, list, list]] = []
-    completions = stopped = 0
+    slots = parsed = applied = ran = solve = completions = stopped = tokens = 0
     distinct: list[int] = []
-    tokens = 0
     solved_items = set()
-    job_item: list[str] = []
     for b in range(0, len(items), batch_prompts):
         chunk = items[b: b + batch_prompts]
         groups = backend.generate([it["prompt"] for it in chunk], n,
                                   SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed + b))
         for it, group in zip(chunk, groups):
-            for comp in group:
-                completions += 1
-                stopped += comp.finish_reason == "stop"
-                tokens += len(comp.token_ids or [])
-                hashes = set()
-                for a in parse_answers(comp.text, it["m"]):
-                    slots += 1
-                    if a.kind != "code":
-                        continue
-                    parsed += 1
-                    try:
-                        child = apply_answer(it["parent"], a)
-                    except MutationError:
-                        continue
-                    applied += 1
-                    hashes.add(normalized_hash(child))
-                    jobs.append((child, it["inputs"], it["expected"]))
-                    job_item.append(it["id"])
-                distinct.append(len(hashes))
-    status = run_programs(jobs)
-    ran = sum(s in ("run", "solve") for s in status)
-    solve = sum(s == "solve" for s in status)
-    for s, iid in zip(status, job_item):
-        if s == "solve":
-            solved_items.add(iid)
+            completions += len(group)
+            stopped += sum(c.finish_reason == "stop" for c in group)
+            tokens += sum(len(c.token_ids or []) for c in group)
+            sc = score_completions(it["problem"], [c.text for c in group], it["m"], evaluator,
+                                   parent_code=it["parent"], alias=naming.entry_name(backend))
+            for kinds, row, evs in zip(sc.triage.kinds or [], sc.triage.slots, sc.slot_evaluations()):
+                slots += len(kinds)
+                parsed += sum(k in ("code", "diff") for k in kinds)
+                applied += sum(s.kind != "zero" for s in row)
+                ran += sum(ev is not None and ev.status in ("ok", "wrong") for ev in evs)
+                solve += sum(ev is not None and ev.solved for ev in evs)
+                distinct.append(len({(s.kind, s.ref) for s in row if s.kind != "zero"}))
+                if any(ev is not None and ev.solved for ev in evs):
+                    solved_items.add(it["id"])
     pct = (lambda k: round(100.0 * k / slots, 1) if slots else 0.0)
     return {"prompts": len(items), "completions": completions, "answer_slots": slots,
             "parse_pct": pct(parsed), "apply_pct": pct(applied), "run_pct": pct(ran), "solve_pct": pct(solve),
@@ -165,15 +92,22 @@ def measure(backend, items: list[dict[str, Any]], n: int = 4, temperature: float
 
 
 def report(model_dir: str, n: int = 4, fresh: int = 32, seed: int = 0, corpus_seed: int = 0,
-           threads: int | None = None, pbe: int | None = None, max_tokens: int = 384) -> dict[str, dict[str, Any]]:
-    """Quality on the three prompt sets (``pbe``: cap on problems per pbe split, None = the whole suite)."""
+           threads: int | None = None, pbe: int | None = None, max_tokens: int = 384,
+           workers: int = 2) -> dict[str, dict[str, Any]]:
+    """Quality on the three prompt sets (``pbe``: cap on problems per pbe split, None = the whole suite), the
+    answers run in a vevo sandbox pool of ``workers``."""
+    from evaluators.pool import SandboxPool
+    from proposer import naming
     from proposer.hf import HFBackend
 
     backend = HFBackend(model_dir, device="cpu", threads=threads)
-    sets = {"fresh": fresh_items(corpus_seed, fresh), "pbe-train": pbe_items("train", pbe),
-            "pbe-heldout": pbe_items("heldout", pbe), "pbe-train m=1": pbe_items("train", pbe, m=1)}
-    return {name: measure(backend, items, n=n, seed=seed, max_tokens=max_tokens)
-            for name, items in sets.items() if items}
+    alias = naming.entry_name(backend)
+    with SandboxPool(workers=workers) as pool:
+        sets = {"fresh": fresh_items(corpus_seed, fresh), "pbe-train": pbe_items("train", pool, pbe, alias=alias),
+                "pbe-heldout": pbe_items("heldout", pool, pbe, alias=alias),
+                "pbe-train m=1": pbe_items("train", pool, pbe, m=1, alias=alias)}
+        return {name: measure(backend, items, pool, n=n, seed=seed, max_tokens=max_tokens)
+                for name, items in sets.items() if items}
 
 
 def markdown(results: dict[str, dict[str, Any]]) -> str:
@@ -197,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pbe", type=int, default=None, help="cap on problems per pbe split (default: whole suite)")
     ap.add_argument("--max-tokens", type=int, default=384)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=2, help="sandbox workers running the answers")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     res = report(args.model, args.n, args.fresh, args.seed, args.corpus_seed, args.threads, args.pbe,
-                 args.max_tokens)
+                 args.max_tokens, args.workers)
     print(json.dumps(res, indent=1) if args.json else markdown(res))
     return 0
 

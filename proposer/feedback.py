@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 # Keys vevo itself adds to an Evaluation's artifacts: bookkeeping, not the evaluator's feedback.
-INTERNAL = frozenset({"metrics", "metric_names", "wall", "ast_hash", "failing_tests", "unverified_tests"})
+INTERNAL = frozenset({"metrics", "metric_names", "wall", "failing_tests", "unverified_tests"})
 VALUE_CHARS = 600
 TOTAL_CHARS = 2000
 

@@ -80,8 +80,8 @@ class FreshBackend:
         self.counter = 0
 
     def generate(self, prompts, n, sampling):
-        from proposer.base import Completion
-        from proposer.parsing import format_answers
+        from proposer.backends.base import Completion
+        from proposer.answers.parsing import format_answers
 
         groups = []
         for _ in prompts:

@@ -44,11 +44,11 @@ from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.errors import VevoError
 from problems.model import Problem
-from proposer.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
-from proposer import naming
-from proposer.mutate import MutationError, apply_answer, normalized_hash
-from proposer.parsing import parse_answers
-from proposer.prompting import PromptContext, build_prompt
+from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.answers import naming
+from proposer.answers.mutate import MutationError, apply_answer, normalized_hash
+from proposer.answers.parsing import parse_answers
+from proposer.answers.prompting import PromptContext, build_prompt
 
 from . import feedback, health, selection
 from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from proposer.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has
 from proposer.errors import TrainingError
-from proposer.estimators import ESTIMATORS
-from proposer.replay_buffer import choose_groups, staleness
-from proposer.rewards import comparable_reward, reward_diversity, shape_rewards
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.training.estimators import ESTIMATORS
+from proposer.training.replay_buffer import choose_groups, staleness
+from proposer.training.rewards import comparable_reward, reward_diversity, shape_rewards
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
@@ -88,7 +88,7 @@ class CampaignTrainer:
             if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
                 raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
                                     f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
-            from proposer.hf import HFBackend
+            from proposer.backends.hf import HFBackend
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
                                      dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
@@ -96,7 +96,7 @@ class CampaignTrainer:
         if cfg.train.lora:
             from peft import PeftModel
 
-            from proposer.lora import LoraError, wrap_lora
+            from proposer.training.lora import LoraError, wrap_lora
 
             if not isinstance(model, PeftModel):
                 import torch
@@ -115,9 +115,9 @@ class CampaignTrainer:
                                      ref_model=None if cfg.train.lora else PolicyTrainer.frozen_copy(model))
         self.covrl = None
         if "covrl" in self.algo:
-            from proposer.covrl import CoVRLError
-            from proposer.covrl_campaign import covrl_config
-            from proposer.covrl_step import CoVRLUpdater, check_trainable
+            from proposer.training.covrl import CoVRLError
+            from evolve.covrl_campaign import covrl_config
+            from proposer.training.covrl_step import CoVRLUpdater, check_trainable
 
             try:
                 check_trainable(self.learner)
@@ -270,7 +270,7 @@ class CampaignTrainer:
         self._before = self._probe(camp, "_before") if self.version == 0 else {}
         raw_mats, gids, comps = score_matrices(groups)
         if self.covrl is not None:
-            from proposer.covrl_campaign import is_covrl_step
+            from evolve.covrl_campaign import is_covrl_step
 
             if is_covrl_step(self.algo, iteration, self.cfg.train.every, self.cfg.train.covrl_share):
                 return self._train_covrl(camp, iteration, groups, raw_mats, comps)
@@ -319,7 +319,7 @@ class CampaignTrainer:
 
     def _train_covrl(self, camp, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
         """One CoVRL step (proposer/covrl_campaign.py); logged like every step, plus the references used."""
-        from proposer.covrl_campaign import covrl_step
+        from evolve.covrl_campaign import covrl_step
 
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  "algo": "covrl"}

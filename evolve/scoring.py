@@ -6,10 +6,10 @@ import numpy as np
 
 from evaluators.types import Evaluation
 from problems.model import Problem
-from proposer import naming
-from proposer.mutate import MutationError, apply_answer
-from proposer.parsing import parse_answers
-from proposer.prompting import PromptContext, build_prompt
+from proposer.answers import naming
+from proposer.answers.mutate import MutationError, apply_answer
+from proposer.answers.parsing import parse_answers
+from proposer.answers.prompting import PromptContext, build_prompt
 
 
 def seed_prompt(problem: Problem, seed_eval: Evaluation, m: int, style: str = "compact",

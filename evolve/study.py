@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 
 from problems.model import Problem
-from proposer.base import TRAINABLE, SamplingParams, has
+from proposer.backends.base import TRAINABLE, SamplingParams, has
 from proposer.errors import TrainingError
-from proposer import naming
+from proposer.answers import naming
 from proposer.backends import PRETRAIN_RECORD
-from proposer.estimators import ESTIMATORS
+from proposer.training.estimators import ESTIMATORS
 from proposer.files import honour_umask
-from proposer.parsing import parse_answers
-from proposer.rewards import comparable_reward, reward_diversity
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.answers.parsing import parse_answers
+from proposer.training.rewards import comparable_reward, reward_diversity
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 from .progress import as_reporter, training_fields
 from .scoring import score_completions, seed_prompt
@@ -52,7 +52,7 @@ def train(backend, problems: list[Problem], pool, *, algo: str = "vpo", steps: i
         raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
     model = backend.model
     if lora:
-        from proposer.lora import wrap_lora
+        from proposer.training.lora import wrap_lora
 
         model = wrap_lora(model, lora_rank)
         backend.model = model
@@ -161,9 +161,9 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
     Problems without a reference are skipped, and their count is logged; none at all is a one-line error.
     The reference is scored as the answer that rewrites the seed's editable region. ``comparable`` rewards
     are not computed here (CoVRL never runs the sandbox; evaluate with ``vevo eval``)."""
-    from proposer.covrl import CoVRLConfig, CoVRLError
-    from proposer.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
-    from proposer.references import answer_text
+    from proposer.training.covrl import CoVRLConfig, CoVRLError
+    from proposer.training.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
+    from proposer.training.references import answer_text
 
     check_trainable(backend)
     with_ref = [p for p in problems if p.reference_code]

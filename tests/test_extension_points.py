@@ -15,9 +15,10 @@ from evolve.archive import Archive
 from problems import importers
 from problems.evolve_block import wrap_block
 from problems.model import CallCase, Problem
-from proposer import backends, estimators
-from proposer.base import Completion
-from proposer.parsing import format_answers
+from proposer import backends
+from proposer.answers.parsing import format_answers
+from proposer.backends.base import Completion
+from proposer.training import estimators
 
 
 def import_pairs(path) -> list[Problem]:

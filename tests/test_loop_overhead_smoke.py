@@ -50,8 +50,8 @@ def test_many_problems_campaign_visits_every_island_once_per_round(lo, tmp_path)
 
 
 def test_fresh_backend_never_repeats(lo):
-    from proposer.base import SamplingParams
-    from proposer.parsing import parse_answers
+    from proposer.backends.base import SamplingParams
+    from proposer.answers.parsing import parse_answers
 
     b = lo.FreshBackend(m=4)
     bodies = []

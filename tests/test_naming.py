@@ -6,10 +6,10 @@ import json
 from evolve.campaign import triage
 from evolve.config import load_config
 from evolve.runner import start
-from proposer.base import Completion
-from proposer.naming import Renaming, entry_name, present, rename_code, rename_text
-from proposer.parsing import format_answers
-from proposer.prompting import PromptContext, build_prompt
+from proposer.backends.base import Completion
+from proposer.answers.naming import Renaming, entry_name, present, rename_code, rename_text
+from proposer.answers.parsing import format_answers
+from proposer.answers.prompting import PromptContext, build_prompt
 from tests.campaign_helpers import vevo
 
 PARENT = '''"""solve() docs stay as written."""

@@ -17,10 +17,10 @@ from evolve.campaign import KnownBefore, settle, triage
 from evolve.config import load_config
 from evolve.runner import start
 from problems.suites import SUITES
-from proposer.base import Completion
-from proposer.mutate import normalized_hash
-from proposer.parsing import format_answers
-from proposer.replay import ReplayBackend
+from proposer.backends.base import Completion
+from proposer.answers.mutate import normalized_hash
+from proposer.answers.parsing import format_answers
+from proposer.backends.replay import ReplayBackend
 from tests.campaign_helpers import BreaksAtCall, InFlight, tail
 
 PBE = SUITES["pbe"]()

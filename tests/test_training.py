@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from proposer.base import Completion
-from proposer.estimators import set_reward, vpo_advantage
-from proposer.training import (
+from proposer.backends.base import Completion
+from proposer.training.estimators import set_reward, vpo_advantage
+from proposer.training.trainer import (
     PolicyTrainer,
     TrainConfig,
     TrainSample,

@@ -21,11 +21,11 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from evolve.study import score_completions, seed_prompt
     from problems.suites import SUITES
     from proposer.backends import make_backend
-    from proposer.base import SamplingParams
+    from proposer.backends.base import SamplingParams
     from evolve.campaign_training import training_config
-    from proposer.estimators import vpo_advantage
-    from proposer.lora import wrap_lora
-    from proposer.training import PolicyTrainer, TrainSample, completion_logprobs
+    from proposer.training.estimators import vpo_advantage
+    from proposer.training.lora import wrap_lora
+    from proposer.training.trainer import PolicyTrainer, TrainSample, completion_logprobs
 
     cfg = CampaignConfig(train="vpo")
     torch.manual_seed(0)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample, completion_logprobs, tempered_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample, completion_logprobs, tempered_logprobs
 
 VOCAB = 48
 

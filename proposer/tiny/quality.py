@@ -89,7 +89,7 @@ def fresh_items(seed: int, n: int, start: int = 10**7) -> list[dict[str, Any]]:
 def pbe_items(split: str, n: int | None = None, m: int = 4) -> list[dict[str, Any]]:
     """The pbe problems of a split with their seed program as the parent (the campaign's first prompt)."""
     from problems.suites import pbe
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.answers.prompting import PromptContext, build_prompt
 
     probs = pbe.generate_pbe(n or (pbe.N_TRAIN if split == "train" else pbe.N_HELDOUT), pbe.DEFAULT_SEED, split)
     out = []
@@ -114,9 +114,9 @@ def pbe_items(split: str, n: int | None = None, m: int = 4) -> list[dict[str, An
 def measure(backend, items: list[dict[str, Any]], n: int = 4, temperature: float = 1.0, max_tokens: int = 384,
             seed: int = 0, batch_prompts: int = 8) -> dict[str, Any]:
     """Generate n completions per item and score every answer slot (see module docstring)."""
-    from proposer.mutate import MutationError, apply_answer, normalized_hash
-    from proposer.base import SamplingParams
-    from proposer.parsing import parse_answers
+    from proposer.answers.mutate import MutationError, apply_answer, normalized_hash
+    from proposer.backends.base import SamplingParams
+    from proposer.answers.parsing import parse_answers
 
     slots = parsed = applied = 0
     jobs: list[tuple[str, list, list]] = []
@@ -167,7 +167,7 @@ def measure(backend, items: list[dict[str, Any]], n: int = 4, temperature: float
 def report(model_dir: str, n: int = 4, fresh: int = 32, seed: int = 0, corpus_seed: int = 0,
            threads: int | None = None, pbe: int | None = None, max_tokens: int = 384) -> dict[str, dict[str, Any]]:
     """Quality on the three prompt sets (``pbe``: cap on problems per pbe split, None = the whole suite)."""
-    from proposer.hf import HFBackend
+    from proposer.backends.hf import HFBackend
 
     backend = HFBackend(model_dir, device="cpu", threads=threads)
     sets = {"fresh": fresh_items(corpus_seed, fresh), "pbe-train": pbe_items("train", pbe),

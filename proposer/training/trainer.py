@@ -58,7 +58,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from proposer.base import Completion
+from proposer.backends.base import Completion
 from proposer.files import honour_umask
 
 LOG_RATIO_CLAMP = 20.0  # as veRL: exp of at most e^20

@@ -1,7 +1,7 @@
 """The ``hf`` backend: a transformers causal LM from a local folder, sampled with our own batched decode loop.
 
 Why a hand-written loop instead of ``model.generate``: we need, per generated token, the behaviour log-prob under
-the distribution actually sampled from (what ``proposer.training.completion_logprobs`` computes for PPO), a
+the distribution actually sampled from (what ``proposer.training.trainer.completion_logprobs`` computes for PPO), a
 per-call ``torch.Generator`` so the same seed gives the same completions without touching the global RNG, and
 the same code path for a plain model and a PEFT-wrapped one. The loop is the textbook one: left-padded batch,
 position ids from the attention mask, one prefill forward, then one token per step through the KV cache;
@@ -49,9 +49,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from proposer.base import TRAINABLE, AdapterState, Completion, SamplingParams
-from proposer.templating import encode_prompt, resolve_chat
-from proposer.training import tempered_logprobs
+from proposer.backends.base import TRAINABLE, AdapterState, Completion, SamplingParams
+from proposer.backends.templating import encode_prompt, resolve_chat
+from proposer.training.trainer import tempered_logprobs
 from proposer.errors import BackendError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
@@ -303,7 +303,7 @@ class HFBackend(AdapterState):
                 for key, r in zip(chunk, res):
                     results[key] = r
             if self.rescore and rows:
-                from proposer.training import batch_sequence_logprobs
+                from proposer.training.trainer import batch_sequence_logprobs
 
                 keys = [k for k in rows if results[k][0]]
                 for c in range(0, len(keys), self.batch_size):

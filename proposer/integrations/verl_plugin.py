@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .estimators import EPS, ESTIMATORS
-from .rewards import eval_weights
+from proposer.training.estimators import EPS, ESTIMATORS
+from proposer.training.rewards import eval_weights
 
 MAGIC = -999.0  # first entry of a packed row: exact in float32, small enough that the row sum stays ~1e-4 exact
 HEADER = 3
@@ -137,8 +137,8 @@ class AnswerScorer:
         return self._evaluator
 
     def matrix(self, problem_id: str, parent_code: str, text: str, m: int) -> np.ndarray:
-        from proposer.mutate import MutationError, apply_answer
-        from proposer.parsing import parse_answers
+        from proposer.answers.mutate import MutationError, apply_answer
+        from proposer.answers.parsing import parse_answers
 
         problem = self.registry.get(problem_id)
         codes: list[str | None] = []
@@ -162,7 +162,7 @@ class AnswerScorer:
 def export_rows(problems: Iterable[Any], m: int = 4, style: str = "compact") -> list[dict]:
     """veRL dataset rows (RLHFDataset's fields) for problems, with the seed as parent: one multi-answer prompt each;
     the reward manager finds the problem again by id (``reward_model.ground_truth``)."""
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.answers.prompting import PromptContext, build_prompt
 
     rows = []
     for p in problems:

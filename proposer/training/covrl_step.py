@@ -1,5 +1,5 @@
 """CoVRL data and update: hybrid sampling of reasoning trajectories from a trainable backend, then one optimizer
-step of the CoVRL loss (``proposer/covrl.py``) on the trainer's model and AdamW (``PolicyTrainer``: the same
+step of the CoVRL loss (``proposer/training/covrl.py``) on the trainer's model and AdamW (``PolicyTrainer``: the same
 fp32 learner, micro-batches, persistence and policy versions as VPO/GRPO).
 
 Per trajectory, three forwards of the learner at the start of the step give the "old" log-probs: z under the
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .base import SamplingParams
-from .covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix, likelihood_target,
-                    posterior_prompt, prior_prompt, reasoning_end)
-from .training import PolicyTrainer, completion_logprobs
+from proposer.backends.base import SamplingParams
+from proposer.training.covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix,
+                                     likelihood_target, posterior_prompt, prior_prompt, reasoning_end)
+from proposer.training.trainer import PolicyTrainer, completion_logprobs
 
 
 @dataclass

@@ -78,8 +78,8 @@ def choose_last(history: portfolio.History, rng, params) -> int:
 class CountingExecutor:
     """A new executor: the local sandbox pool, counting the candidates it is given."""
 
-    def __init__(self, cfg, hide):
-        self.pool = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
+    def __init__(self, spec, hide):
+        self.pool = SandboxPool(workers=spec.workers, hide=hide)
 
     def evaluate_many(self, items, time_limit=None):
         evaluated.append(len(items))

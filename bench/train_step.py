@@ -37,7 +37,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from proposer.training.estimators import ESTIMATORS
-from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample, batch_sequence_logprobs
+from proposer.backends.logprobs import batch_sequence_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 G, M, D, K = 8, 4, 16, 100
 PROMPT_LEN, COMPLETION_LEN, VOCAB = 64, 256, 4096

@@ -57,7 +57,7 @@ def movement(model, probes, before) -> dict:
     """KL(new || old) and greedy changes on the probe tokens; before = (logp, greedy) of the untrained model."""
     import torch
 
-    from proposer.training.trainer import completion_logprobs
+    from proposer.backends.logprobs import completion_logprobs
 
     with torch.no_grad():
         lp, mask, greedy = completion_logprobs(model, [p for p, _ in probes], [c for _, c in probes],
@@ -114,7 +114,7 @@ def main() -> None:
     from evaluators.pool import SandboxPool
     from problems.suites import SUITES
     from proposer.backends import make_backend
-    from proposer.training.trainer import completion_logprobs
+    from proposer.backends.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     train_probs, held = SUITES["pbe-hard-train"](), SUITES["pbe-hard-heldout"]()

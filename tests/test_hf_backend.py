@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 from proposer.backends import TINY_CHECKPOINT, BackendError, make_backend  # noqa: E402
 from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.backends.hf import HFBackend  # noqa: E402
-from proposer.training.trainer import batch_sequence_logprobs  # noqa: E402
+from proposer.backends.logprobs import batch_sequence_logprobs  # noqa: E402
 
 TEXTS = [
     "def f(x):\n    x = x + 1\n    return x\n",

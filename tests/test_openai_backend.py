@@ -3,7 +3,7 @@
 The model server is a small OpenAI-compatible server (``/v1/models``, ``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/load_lora_adapter``) that samples from a random tiny Llama with transformers, so
 the backend sees real text, real token ids and real log-probs, which are checked against
-``proposer.training.trainer.completion_logprobs`` on the same model. It speaks vLLM's extensions (``return_token_ids``,
+``proposer.backends.logprobs.completion_logprobs`` on the same model. It speaks vLLM's extensions (``return_token_ids``,
 ``return_tokens_as_token_ids``) unless ``strict`` (then, like OpenAI, unknown fields are a 400). Failure servers
 (500s, slow answers, dead ports) exercise retries and errors.
 """
@@ -329,7 +329,7 @@ def _free_port() -> int:
 
 
 def _check_against_hf(model, groups, atol=1e-4):
-    from proposer.training.trainer import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     flat = [c for g in groups for c in g]
     assert all(c.token_ids and c.prompt_token_ids and c.logprobs for c in flat)

@@ -10,13 +10,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from proposer.backends.base import Completion
 from proposer.training.estimators import set_reward, vpo_advantage
-from proposer.training.trainer import (
-    PolicyTrainer,
-    TrainConfig,
-    TrainSample,
-    batch_sequence_logprobs,
-    sequence_logprobs,
-)
+from proposer.backends.logprobs import batch_sequence_logprobs, sequence_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 VOCAB, D, M, G = 32, 4, 4, 8
 PROMPT = [1, 2, 3]

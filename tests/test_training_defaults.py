@@ -25,7 +25,8 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from evolve.campaign_training import training_config
     from proposer.training.estimators import vpo_advantage
     from proposer.training.lora import wrap_lora
-    from proposer.training.trainer import PolicyTrainer, TrainSample, completion_logprobs
+    from proposer.backends.logprobs import completion_logprobs
+    from proposer.training.trainer import PolicyTrainer, TrainSample
 
     cfg = CampaignConfig(train="vpo")
     torch.manual_seed(0)

@@ -74,7 +74,7 @@ def backend(artifacts):
 
 
 def _max_err(model, groups) -> float:
-    from proposer.training.trainer import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     flat = [c for g in groups for c in g]
     ref = batch_sequence_logprobs(model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
@@ -112,7 +112,7 @@ def test_generate_n_with_logprobs_matching_hf(backend, hf):
 def test_logprobs_are_of_the_tempered_nucleus(backend, hf):
     """At T != 1 and top_p < 1 the stored log-probs are vLLM's processed ones, equal to the trainer's
     tempered_logprobs (not the raw log_softmax)."""
-    from proposer.training.trainer import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     groups = backend.generate(["def f1(x, y):", "Task: add 3"], 4,
                               SamplingParams(temperature=0.7, top_p=0.9, max_tokens=12, seed=1))

@@ -23,7 +23,8 @@ import torch
 from proposer.backends.base import SamplingParams
 from proposer.training.covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix,
                                      likelihood_target, posterior_prompt, prior_prompt, reasoning_end)
-from proposer.training.trainer import PolicyTrainer, completion_logprobs
+from proposer.backends.logprobs import completion_logprobs
+from proposer.training.trainer import PolicyTrainer
 
 
 @dataclass

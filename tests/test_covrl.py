@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from proposer.training.covrl import (CoVRLConfig, CoVRLError, bregman_kl, composite_logprob, covrl_loss, group_advantages,
-                            hybrid_logprob, likelihood_suffix, likelihood_target, posterior_prompt, prior_prompt,
-                            prompt_head, reasoning_end)
+from proposer.training.covrl import (CoVRLConfig, CoVRLError, bregman_kl, composite_logprob, covrl_loss,
+                                     group_advantages, hybrid_logprob, likelihood_suffix, likelihood_target,
+                                     posterior_prompt, prior_prompt, prompt_head, reasoning_end)
 
 V = 7
 

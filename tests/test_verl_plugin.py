@@ -13,8 +13,8 @@ import torch
 from problems.suites import SUITES
 from proposer.training.estimators import ESTIMATORS
 from proposer.answers.parsing import format_answers
-from proposer.integrations.verl_plugin import (ESTIMATOR_FNS, MAGIC, AnswerScorer, comparable_score, export_rows, pack_row, seed,
-                                  unpack_row)
+from proposer.integrations.verl_plugin import (ESTIMATOR_FNS, MAGIC, AnswerScorer, comparable_score, export_rows,
+                                               pack_row, seed, unpack_row)
 
 # two prompts (uids), three responses each; m answers x d tests; quarters are exact in float32
 MATS = [np.array([[1, 0, .25], [0, 1, .5]]), np.array([[.5, .5, .5]]), np.zeros((0, 3)),

@@ -1,4 +1,4 @@
-"""The tiny proposer on a problem whose entry point is `solve`, with and without the renaming of proposer/naming.py.
+"""The tiny proposer on a problem whose entry point is `solve`, with and without the renaming of proposer/answers/naming.py.
 
 The problem `vevo problems new sq --kind io` writes (entry point `solve`, sum of squares), then one short
 campaign per seed and per mode: "renamed" (what `--proposer tiny` does) and "as-is" (the

@@ -92,7 +92,7 @@ def make_model(out: Path, tiny: bool) -> None:
 
 
 def prompts(k: int) -> list[str]:
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.answers.prompting import PromptContext, build_prompt
 
     return [build_prompt(PromptContext(problem_id=f"p{i}", description=f"Add {i} to every element of the list.",
                                        parent_code=f"def f(xs):\n    return [x + {i - 1} for x in xs]\n",
@@ -102,7 +102,7 @@ def prompts(k: int) -> list[str]:
 
 def samples_from(groups, rng) -> list:
     """TrainSamples with random group-centred advantages (the check is about mechanics and numerics)."""
-    from proposer.training import TrainSample
+    from proposer.training.trainer import TrainSample
 
     out = []
     for g in groups:
@@ -113,7 +113,7 @@ def samples_from(groups, rng) -> list:
 
 
 def train_phase(name: str, model, samples, cfg, ref=None) -> dict:
-    from proposer.training import PolicyTrainer
+    from proposer.training.trainer import PolicyTrainer
 
     before = {n: p.detach().float().clone() for n, p in model.named_parameters() if p.requires_grad} \
         if ref is not None else None
@@ -136,10 +136,10 @@ def train_phase(name: str, model, samples, cfg, ref=None) -> dict:
 
 
 def phases(model_dir: Path, tiny: bool, work: Path) -> None:
-    from proposer.base import SamplingParams
-    from proposer.hf import HFBackend
-    from proposer.lora import wrap_lora
-    from proposer.training import PolicyTrainer, TrainConfig
+    from proposer.backends.base import SamplingParams
+    from proposer.backends.hf import HFBackend
+    from proposer.training.lora import wrap_lora
+    from proposer.training.trainer import PolicyTrainer, TrainConfig
 
     rng = np.random.default_rng(0)
     n_prompts, n, max_tokens = (2, 4, 32) if tiny else (8, 8, 256)
@@ -154,7 +154,7 @@ def phases(model_dir: Path, tiny: bool, work: Path) -> None:
         have_vllm = False
         log("vllm", skipped=f"vllm not importable ({e}); vLLM phases skipped")
     if have_vllm:
-        from proposer.vllm_backend import VLLMBackend
+        from proposer.backends.vllm import VLLMBackend
 
         with Phase("vllm_start") as ph:
             vllm_be = VLLMBackend(model_dir, dtype="bfloat16" if CUDA else "float32", seed=0, max_model_len=1024,

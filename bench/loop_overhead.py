@@ -95,8 +95,8 @@ class FreshBackend:
         self.counter = 0
 
     def generate(self, prompts, n, sampling):
-        from proposer.base import Completion
-        from proposer.parsing import format_answers
+        from proposer.backends.base import Completion
+        from proposer.answers.parsing import format_answers
 
         groups = []
         for _ in prompts:
@@ -723,7 +723,7 @@ def _ast_key(code: str) -> tuple[str, str]:
     parsing a million programs that differ in one number."""
     import ast
 
-    from proposer import mutate
+    from proposer.answers import mutate
 
     tree = ast.parse(code)
     if "'" in code or '"' in code:
@@ -758,10 +758,10 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     from evolve.campaign import member_name
     from evolve.islands import Island, Member
     from evolve.portfolio import batch_reward
-    from proposer.base import SamplingParams
-    from proposer.mutate import apply_answer, normalized_hash
-    from proposer.parsing import format_answers, parse_answers
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.backends.base import SamplingParams
+    from proposer.answers.mutate import apply_answer, normalized_hash
+    from proposer.answers.parsing import format_answers, parse_answers
+    from proposer.answers.prompting import PromptContext, build_prompt
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

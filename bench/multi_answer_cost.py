@@ -21,11 +21,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proposer.mutate import MutationError, apply_answer, normalized_hash  # noqa: E402
+from proposer.answers.mutate import MutationError, apply_answer, normalized_hash  # noqa: E402
 from problems.suites import pbe  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
-from proposer.parsing import parse_answers  # noqa: E402
-from proposer.prompting import PromptContext, build_prompt  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.answers.parsing import parse_answers  # noqa: E402
+from proposer.answers.prompting import PromptContext, build_prompt  # noqa: E402
 
 
 def prompt_for(problem, m: int) -> str:

@@ -35,8 +35,8 @@ from evolve.archive import Archive  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from problems.suites import SUITES  # noqa: E402
-from proposer.parsing import format_answers  # noqa: E402
-from proposer.replay import ReplayBackend  # noqa: E402
+from proposer.answers.parsing import format_answers  # noqa: E402
+from proposer.backends.replay import ReplayBackend  # noqa: E402
 
 
 class SlowReplay(ReplayBackend):

@@ -36,8 +36,9 @@ import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from proposer.estimators import ESTIMATORS
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample, batch_sequence_logprobs
+from proposer.training.estimators import ESTIMATORS
+from proposer.backends.logprobs import batch_sequence_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 G, M, D, K = 8, 4, 16, 100
 PROMPT_LEN, COMPLETION_LEN, VOCAB = 64, 256, 4096

@@ -44,8 +44,8 @@ CONFIGS = [  # name, lora rank (0: full fine-tuning), lr, G, epochs
 
 def probe_set(backend, problems, pool, m: int, seed: int):
     """Held-out prompts and two completions each from the untrained model: (prompt ids, completion ids)."""
-    from proposer.scoring import seed_prompt
-    from proposer.base import SamplingParams
+    from proposer.answers.scoring import seed_prompt
+    from proposer.backends.base import SamplingParams
 
     seeds = pool.evaluate_many([(p, p.seed_code) for p in problems])
     prompts = [seed_prompt(p, s, m) for p, s in zip(problems, seeds)]
@@ -57,7 +57,7 @@ def movement(model, probes, before) -> dict:
     """KL(new || old) and greedy changes on the probe tokens; before = (logp, greedy) of the untrained model."""
     import torch
 
-    from proposer.training import completion_logprobs
+    from proposer.backends.logprobs import completion_logprobs
 
     with torch.no_grad():
         lp, mask, greedy = completion_logprobs(model, [p for p, _ in probes], [c for _, c in probes],
@@ -117,7 +117,7 @@ def main() -> None:
     from evaluators.pool import SandboxPool
     from problems.suites import SUITES
     from proposer.backends import make_backend
-    from proposer.training import completion_logprobs
+    from proposer.backends.logprobs import completion_logprobs
 
     torch.manual_seed(0)
     train_probs, held = SUITES["pbe-hard-train"](), SUITES["pbe-hard-heldout"]()

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
-from proposer.replicas import ReplicatedBackend  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.backends.replicas import ReplicatedBackend  # noqa: E402
 
 PROMPTS = [f"<answer_1>\ndef f{i}(xs):\n    # return the list with every element times {i}\n" for i in range(64)]
 
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2, help="completions per prompt (the group)")
     ap.add_argument("--max-tokens", type=int, default=64)
     args = ap.parse_args()
-    from proposer.vllm_backend import _cpu_defaults
+    from proposer.backends.vllm import _cpu_defaults
 
     _cpu_defaults()
     kw = dict(dtype="float32", seed=0, max_model_len=1024)

@@ -112,7 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
             text = "\n\n".join(str(m.get("content", "")) for m in body["messages"]).rstrip() + "\n<answer_1>"
         else:
             text = str(body.get("prompt", ""))
-        from proposer.base import SamplingParams
+        from proposer.backends.base import SamplingParams
 
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 384)
         ids = srv.tok(text, add_special_tokens=False)["input_ids"]

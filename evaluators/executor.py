@@ -4,18 +4,31 @@ The campaign only ever calls ``evaluate_many`` (results in input order) and ``cl
 the sandboxes run. ``local`` is one warm ``SandboxPool`` in this process; ``ray`` is one ``SandboxPool`` per node
 of a Ray cluster (``evaluators/ray_executor.py``). Each sandbox is the same, so for a given input an executor
 changes where an evaluation happens, never its result. With ``pipeline_depth`` D > 1 the campaign calls
-``evaluate_many`` from D threads at once (one batch each): an executor must take concurrent calls.
+``evaluate_many`` from D threads at once (one batch each): an executor must take concurrent calls. An executor
+is built from an ``ExecutorSpec`` (evolve/ makes one from the run config's ``executor`` and ``sandbox`` sections).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Protocol
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
 
 from problems.model import Problem
 
 from .errors import ExecutorError
 from .types import Evaluation
 
-__all__ = ["EXECUTORS", "Evaluator", "ExecutorError", "make_executor"]
+__all__ = ["EXECUTORS", "Evaluator", "ExecutorError", "ExecutorSpec", "make_executor"]
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """What an executor is built from: the registry name, sandbox workers (per node for ``ray``), the Ray cluster
+    to join (None: start or find a local one), and the opt-in to run candidates without any sandbox layer."""
+
+    kind: str = "local"
+    workers: int = 2
+    ray_address: str | None = None
+    unsafe_no_sandbox: bool = False
 
 
 class Evaluator(Protocol):
@@ -24,25 +37,23 @@ class Evaluator(Protocol):
     def close(self) -> None: ...
 
 
-def _local(cfg: Any, hide: Iterable[str]) -> Evaluator:
+def _local(spec: ExecutorSpec, hide: Iterable[str]) -> Evaluator:
     from .pool import SandboxPool
 
-    return SandboxPool(workers=cfg.sandbox.workers, hide=hide,
-                       unsafe_no_sandbox=bool(getattr(cfg.sandbox, "unsafe_no_sandbox", False)))
+    return SandboxPool(workers=spec.workers, hide=hide, unsafe_no_sandbox=spec.unsafe_no_sandbox)
 
 
-def _ray(cfg: Any, hide: Iterable[str]) -> Evaluator:
+def _ray(spec: ExecutorSpec, hide: Iterable[str]) -> Evaluator:
     from .ray_executor import RayExecutor
 
-    return RayExecutor(address=cfg.executor.ray_address, workers=cfg.sandbox.workers, hide=hide)
+    return RayExecutor(address=spec.ray_address, workers=spec.workers, hide=hide)
 
 
-# name -> factory(run config: cfg.executor, cfg.sandbox; paths hidden from candidates) -> Evaluator
-EXECUTORS: dict[str, Callable[[Any, Iterable[str]], Evaluator]] = {"local": _local, "ray": _ray}
+# name -> factory(spec, paths hidden from candidates) -> Evaluator
+EXECUTORS: dict[str, Callable[[ExecutorSpec, Iterable[str]], Evaluator]] = {"local": _local, "ray": _ray}
 
 
-def make_executor(cfg: Any, hide: Iterable[str] = ()) -> Evaluator:
-    name = cfg.executor.kind
-    if name not in EXECUTORS:
-        raise ExecutorError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
-    return EXECUTORS[name](cfg, list(hide))
+def make_executor(spec: ExecutorSpec, hide: Iterable[str] = ()) -> Evaluator:
+    if spec.kind not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {spec.kind!r}; known: {', '.join(EXECUTORS)}")
+    return EXECUTORS[spec.kind](spec, list(hide))

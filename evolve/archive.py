@@ -33,7 +33,7 @@ import numpy as np
 
 from evaluators.types import Evaluation, error_text
 from problems.errors import VevoError
-from proposer.base import Completion, SamplingParams
+from proposer.backends.base import Completion, SamplingParams
 
 SCHEMA_VERSION = "2"  # 2: checkpoints became the incremental `state` table
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -241,7 +241,7 @@ class ProgramRecord:
     answer_index: int | None = None
     policy_version: int | None = None
     staleness: int = 0
-    ast_hash: str | None = None  # the dedupe key (proposer.mutate.normalized_hash); None for format errors
+    ast_hash: str | None = None  # the dedupe key (proposer.answers.mutate.normalized_hash); None for format errors
 
 
 # --------------------------------------------------------------------------------------------- rows (out)

@@ -43,11 +43,11 @@ from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.model import Problem
-from proposer.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
-from proposer import naming
-from proposer import feedback, scoring
-from proposer.mutate import normalized_hash
-from proposer.scoring import Slot, Triage, answer_vectors, triage
+from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.answers import naming
+from proposer.answers import feedback, scoring
+from proposer.answers.mutate import normalized_hash
+from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
 
 from . import health
 from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord

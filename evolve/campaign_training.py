@@ -1,6 +1,6 @@
 """Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
-of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/replay_buffer.py``)
-→ rewards shaped by ``train.reward`` (``proposer/rewards.py``) → advantages (VPO or a baseline) → one
+of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
+→ rewards shaped by ``train.reward`` (``proposer/training/rewards.py``) → advantages (VPO or a baseline) → one
 PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
 under the run dir).
 
@@ -12,7 +12,7 @@ the engine had when that iteration was committed (the one before the newest step
 the trainer publishes its own newest one; so the two newest snapshots are always kept.
 
 ``train: covrl`` (and ``vpo+covrl``, alternating) takes CoVRL steps instead: verifier-free updates toward
-references the archive found (``proposer/covrl_campaign.py``); the same snapshots, versions and resume apply.
+references the archive found (``evolve/covrl_campaign.py``); the same snapshots, versions and resume apply.
 
 Every knob is a ``train`` key of the run config (evolve/trainer_setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from proposer.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has
 from proposer.errors import TrainingError
-from proposer.estimators import ESTIMATORS
-from proposer.replay_buffer import choose_groups, staleness
-from proposer.rewards import comparable_reward, reward_diversity, shape_rewards
-from proposer.training import TrainSample
+from proposer.training.estimators import ESTIMATORS
+from proposer.training.replay_buffer import choose_groups, staleness
+from proposer.training.rewards import comparable_reward, reward_diversity, shape_rewards
+from proposer.training.trainer import TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
@@ -77,16 +77,16 @@ class CampaignTrainer:
             if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
                 raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
                                     f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
-            from proposer.hf import HFBackend
+            from proposer.backends.hf import HFBackend
 
             self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
                                      dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
         self.trainer = build_trainer(self.learner, cfg)  # evolve/trainer_setup.py, as `vevo train`
         self.covrl = None
         if "covrl" in self.algo:
-            from proposer.covrl import CoVRLError
-            from proposer.covrl_campaign import covrl_config
-            from proposer.covrl_step import CoVRLUpdater, check_trainable
+            from proposer.training.covrl import CoVRLError
+            from evolve.covrl_campaign import covrl_config
+            from proposer.training.covrl_step import CoVRLUpdater, check_trainable
 
             try:
                 check_trainable(self.learner)
@@ -196,7 +196,7 @@ class CampaignTrainer:
         return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
 
     def _shaped(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
-        """train_reward applied to each completion's matrix (see proposer/rewards.py)."""
+        """train_reward applied to each completion's matrix (see proposer/training/rewards.py)."""
         mode = self.cfg.train.reward
         if mode == "vector":
             return mats
@@ -239,7 +239,7 @@ class CampaignTrainer:
         self._before = self._probe(camp, "_before") if self.version == 0 else {}
         raw_mats, gids, comps = score_matrices(groups)
         if self.covrl is not None:
-            from proposer.covrl_campaign import is_covrl_step
+            from evolve.covrl_campaign import is_covrl_step
 
             if is_covrl_step(self.algo, iteration, self.cfg.train.every, self.cfg.train.covrl_share):
                 return self._train_covrl(camp, iteration, groups, raw_mats, comps)
@@ -287,8 +287,8 @@ class CampaignTrainer:
                 wake()
 
     def _train_covrl(self, camp, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
-        """One CoVRL step (proposer/covrl_campaign.py); logged like every step, plus the references used."""
-        from proposer.covrl_campaign import covrl_step
+        """One CoVRL step (evolve/covrl_campaign.py); logged like every step, plus the references used."""
+        from evolve.covrl_campaign import covrl_step
 
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  "algo": "covrl"}

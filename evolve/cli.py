@@ -826,7 +826,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
         if name == "train":
             algos = None
             if full or cmd == "train":
-                from proposer.algorithms import training_algorithms
+                from proposer.training.algorithms import training_algorithms
 
                 algos = training_algorithms(campaign=False)
             p.add_argument("--algo", default=None, choices=algos,

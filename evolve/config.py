@@ -46,7 +46,7 @@ def registered(section: str) -> list[str]:
 
         return list(SELECTIONS)
     if section == "train":
-        from proposer.algorithms import training_algorithms
+        from proposer.training.algorithms import training_algorithms
 
         return training_algorithms()
     if section == "portfolio":
@@ -129,7 +129,7 @@ class TrainSection(StrictModel):
                              "first (0: no probes)")
     probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
     probe_group: int = Field(2, ge=1, description="completions per probe problem")
-    # CoVRL (algo: covrl | vpo+covrl; proposer/covrl.py)
+    # CoVRL (algo: covrl | vpo+covrl; proposer/training/covrl.py)
     covrl_alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
     covrl_clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
     covrl_nll_coef: float = Field(1.0, ge=0, description="selective NLL of the reference after good z")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from proposer.base import Backend
+from proposer.backends.base import Backend
 
 from .config import CampaignConfig
 from .portfolio import Arm
@@ -16,7 +16,7 @@ SHAREABLE = ("tiny", "hf")  # kinds whose model is a local torch module the trai
 def build_members(cfg: CampaignConfig, make: Callable[[str], Backend]) -> tuple[Backend, list[tuple[Arm, Backend]]]:
     """(the backend the trainer and checkpoint follow, [(arm, backend)]) for a run with ``proposers:``.
     ``make(spec)`` builds one backend; on a failure the backends already built are closed."""
-    from proposer.frozen import FrozenAdapterView
+    from proposer.backends.frozen import FrozenAdapterView
 
     arms = [m.arm() for m in cfg.proposers]
     trained = next((a for a in arms if a.train), None)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
-from proposer.base import Completion
+from proposer.backends.base import Completion
 
 from .progress import Reporter
 

@@ -25,7 +25,7 @@ import numpy as np
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.errors import VevoError
-from proposer.mutate import normalized_hash
+from proposer.answers.mutate import normalized_hash
 
 from . import selection
 from .archive import Archive, ProgramRecord

@@ -10,7 +10,7 @@ the same seed at every probe). Two probe sets are kept apart:
 * ``heldout``: problems it never sees, from the first suite of ``PROBE_SUITES`` that has enough problems
   outside the run (generic drift or transfer, not the search's own progress).
 
-The value is ``mean_set_reward`` (proposer/rewards.py: fixed Dirichlet weights, the same for every algorithm).
+The value is ``mean_set_reward`` (proposer/training/rewards.py: fixed Dirichlet weights, the same for every algorithm).
 """
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from problems.model import Problem
-from proposer import naming
-from proposer.base import SamplingParams
-from proposer.rewards import comparable_reward
-from proposer.scoring import score_completions, seed_prompt
+from proposer.answers import naming
+from proposer.backends.base import SamplingParams
+from proposer.training.rewards import comparable_reward
+from proposer.answers.scoring import score_completions, seed_prompt
 
 # where held-out probe problems come from: the first suite with enough problems the run does not use
 PROBE_SUITES = ("pbe-hard-train", "pbe-train", "pbe-heldout")
@@ -100,7 +100,7 @@ class Prober:
         """{probe_own, probe_heldout, probe_seconds} (each key + suffix); the heldout key is missing when no
         suite had enough problems outside the run."""
         start = time.perf_counter()
-        alias = naming.entry_name(backend)  # the function name the model writes (proposer/naming.py)
+        alias = naming.entry_name(backend)  # the function name the model writes (proposer/answers/naming.py)
         if self.probes is None:
             self.probes = self._build(evaluator, alias)
         out: dict[str, Any] = {}

@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from evaluators.types import Evaluation
-from proposer.mutate import normalized_hash
+from proposer.answers.mutate import normalized_hash
 
-from proposer import feedback
+from proposer.answers import feedback
 
 from . import health
 from .archive import Archive

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from evaluators.executor import ExecutorSpec
 from problems.errors import VevoError
 from problems.registry import discover
 
@@ -78,6 +79,12 @@ def backend_kwargs(cfg: CampaignConfig, spec: str | None = None) -> dict:
     return kw
 
 
+def executor_spec(cfg: CampaignConfig) -> ExecutorSpec:
+    """The run config's ``executor`` and ``sandbox`` sections as what evaluators/ builds an executor from."""
+    return ExecutorSpec(kind=cfg.executor.kind, workers=cfg.sandbox.workers, ray_address=cfg.executor.ray_address,
+                        unsafe_no_sandbox=cfg.sandbox.unsafe_no_sandbox)
+
+
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter, backend=None, evaluator=None):
     from evaluators.executor import make_executor
 
@@ -91,7 +98,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
     if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
         rep.phase(f"starting the sandbox ({cfg.executor.kind} executor, {cfg.sandbox.workers} workers)")
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
-        evaluator = make_executor(cfg, hide)
+        evaluator = make_executor(executor_spec(cfg), hide)
     members = None
     if backend is None:
         from proposer.backends import make_backend

@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 
 from problems.model import Problem
-from proposer.base import TRAINABLE, SamplingParams, has
+from proposer.backends.base import TRAINABLE, SamplingParams, has
 from proposer.errors import TrainingError
-from proposer import naming
+from proposer.answers import naming
 from proposer.backends import PRETRAIN_RECORD
-from proposer.estimators import ESTIMATORS
+from proposer.training.estimators import ESTIMATORS
 from proposer.files import honour_umask
-from proposer.rewards import comparable_reward, reward_diversity
-from proposer.scoring import score_completions, seed_prompt
-from proposer.training import PolicyTrainer, TrainSample
+from proposer.training.rewards import comparable_reward, reward_diversity
+from proposer.answers.scoring import score_completions, seed_prompt
+from proposer.training.trainer import PolicyTrainer, TrainSample
 
 from .config import CampaignConfig
 from .progress import as_reporter, training_fields
@@ -59,7 +59,7 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
     trainer = build_trainer(backend, cfg)
     model = backend.model
     if algo == "covrl":
-        from proposer.covrl_campaign import covrl_config
+        from evolve.covrl_campaign import covrl_config
 
         history = train_covrl(backend, trainer, problems, pool, steps=steps, m=m, group=group, batch=batch,
                               seed=seed, temperature=temperature, covrl=covrl_config(cfg), log=log, reporter=rep)
@@ -164,9 +164,9 @@ def train_covrl(backend, trainer: PolicyTrainer, problems: list[Problem], pool, 
     Problems without a reference are skipped, and their count is logged; none at all is a one-line error.
     The reference is scored as the answer that rewrites the seed's editable region. ``comparable`` rewards
     are not computed here (CoVRL never runs the sandbox; evaluate with ``vevo eval``)."""
-    from proposer.covrl import CoVRLConfig, CoVRLError
-    from proposer.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
-    from proposer.references import answer_text
+    from proposer.training.covrl import CoVRLConfig, CoVRLError
+    from proposer.training.covrl_step import CoVRLUpdater, check_trainable, sample_trajectories
+    from proposer.training.references import answer_text
 
     check_trainable(backend)
     with_ref = [p for p in problems if p.reference_code]

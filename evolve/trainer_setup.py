@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from proposer.errors import TrainingError
-from proposer.training import PolicyTrainer, TrainConfig
+from proposer.training.trainer import PolicyTrainer, TrainConfig
 
 from .config import CampaignConfig
 
@@ -35,7 +35,7 @@ def trainable_model(model: Any, cfg: CampaignConfig) -> Any:
         return model
     from peft import PeftModel
 
-    from proposer.lora import LoraError, wrap_lora
+    from proposer.training.lora import LoraError, wrap_lora
 
     if isinstance(model, PeftModel):
         return model

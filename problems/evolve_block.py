@@ -3,7 +3,7 @@
 on) is fixed. A program has either no markers (the whole file is editable) or exactly one well-formed pair.
 
 The one definition of the markers: suites and importers write them with `wrap_block`, the prompt shows the
-region from `evolve_block`, and mutations (proposer/mutate.py) keep edits inside `markers`.
+region from `evolve_block`, and mutations (proposer/answers/mutate.py) keep edits inside `markers`.
 """
 from __future__ import annotations
 

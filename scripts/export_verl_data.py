@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from evaluators.pool import SandboxPool  # noqa: E402
 from problems.registry import discover  # noqa: E402
-from proposer.verl_plugin import export_rows  # noqa: E402
+from proposer.integrations.verl_plugin import export_rows  # noqa: E402
 
 
 def main() -> int:

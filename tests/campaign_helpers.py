@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from evolve.archive import Archive
-from proposer.parsing import format_answers
+from proposer.answers.parsing import format_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,10 +8,10 @@ import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig,
                           LlamaForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
-from proposer.base import SamplingParams
-from proposer.hf import HFBackend
-from proposer.lora import LoraError, lora_targets, wrap_lora
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample
+from proposer.backends.base import SamplingParams
+from proposer.backends.hf import HFBackend
+from proposer.training.lora import LoraError, lora_targets, wrap_lora
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")

@@ -14,7 +14,7 @@ import pytest
 
 from evaluators.types import Evaluation
 from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord, code_hash
-from proposer.base import Completion, SamplingParams
+from proposer.backends.base import Completion, SamplingParams
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""proposer/backends.py: a backend whose module lacks its factory, or is missing, is a one-line BackendError."""
+"""proposer/backends/__init__.py: a backend whose module lacks its factory, or is missing, is a one-line BackendError."""
 from __future__ import annotations
 
 import pytest

@@ -76,7 +76,7 @@ def test_same_seed_same_export_with_two_workers(tmp_path):
 
 
 def test_campaign_with_hostile_candidates_finishes(tmp_path):
-    from proposer.parsing import format_answers
+    from proposer.answers.parsing import format_answers
 
     hostile = [tail(format_answers([HOSTILE[n][0], HOSTILE[m][0]])) for n, m in
                [("fork_bomb", "os_exit_top"), ("stdout_flood", "kill_parent"), ("sleep", "memory_bomb"),
@@ -206,7 +206,7 @@ def test_campaign_on_imported_problems(tmp_path):
     proposer: the real sandbox scores them, and the one whose reference is replayed gets solved."""
     from problems.importers import import_problems
     from problems.model import write_native
-    from proposer.parsing import format_answers
+    from proposer.answers.parsing import format_answers
     from tests.conftest import DATA
 
     src = DATA / "mbpp" / "mbpp.jsonl"

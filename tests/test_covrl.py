@@ -1,4 +1,4 @@
-"""CoVRL (proposer/covrl.py, covrl_step.py): exact checks of the estimators on small categorical distributions,
+"""CoVRL (proposer/training/covrl.py, covrl_step.py): exact checks of the estimators on small categorical distributions,
 the templates and reasoning format, and real tiny-model updates."""
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from proposer.covrl import (CoVRLConfig, CoVRLError, bregman_kl, composite_logprob, covrl_loss, group_advantages,
-                            hybrid_logprob, likelihood_suffix, likelihood_target, posterior_prompt, prior_prompt,
-                            prompt_head, reasoning_end)
+from proposer.training.covrl import (CoVRLConfig, CoVRLError, bregman_kl, composite_logprob, covrl_loss,
+                                     group_advantages, hybrid_logprob, likelihood_suffix, likelihood_target,
+                                     posterior_prompt, prior_prompt, prompt_head, reasoning_end)
 
 V = 7
 
@@ -116,7 +116,7 @@ def test_templates_place_the_reference_before_the_reasoning():
     post = posterior_prompt(x, "def f(x):\n    return x")
     assert post.index("### Reference answer:") < post.index("<reasoning>") and post.endswith("<reasoning>")
     assert "def f(x):\n    return x" in post and post.startswith(prompt_head(x))
-    from proposer.parsing import parse_answers
+    from proposer.answers.parsing import parse_answers
 
     ans = parse_answers("<answer_1>" + likelihood_target("def f(x):\n    return x"), 1)[0]
     assert (ans.kind, ans.body) == ("code", "def f(x):\n    return x")
@@ -135,7 +135,7 @@ def test_reasoning_end():
 
 
 def test_parsing_with_and_without_a_reasoning_section():
-    from proposer.parsing import format_answers, parse_answers, split_reasoning
+    from proposer.answers.parsing import format_answers, parse_answers, split_reasoning
 
     body = format_answers(["def f(x):\n    return x", "def f(x):\n    return 2 * x"])
     plain = parse_answers(body, 2)
@@ -148,7 +148,7 @@ def test_parsing_with_and_without_a_reasoning_section():
 
 
 def test_prompt_with_reasoning_ends_in_the_reasoning_tag():
-    from proposer.prompting import PromptContext, build_prompt
+    from proposer.answers.prompting import PromptContext, build_prompt
 
     ctx = PromptContext("p", "double x", "def f(x):\n    return x", [0.0], ["f(1) == 2"], m=2)
     for style in ("compact", "chat"):
@@ -167,7 +167,7 @@ def _program(pid, parents, scalar, solved=False, iteration=0, code=None):
 
 
 def test_references_are_the_best_later_descendant_else_the_best_solved_else_none():
-    from proposer.references import reference_for
+    from proposer.training.references import reference_for
 
     progs = [_program(1, [], 0.2), _program(2, [1], 0.1), _program(3, [2], 0.6, iteration=1),  # grandchild
              _program(4, [], 0.9), _program(5, [4], 0.5),
@@ -185,7 +185,7 @@ def test_references_are_the_best_later_descendant_else_the_best_solved_else_none
 
 
 def test_vpo_covrl_alternates_by_share():
-    from proposer.covrl_campaign import is_covrl_step
+    from evolve.covrl_campaign import is_covrl_step
 
     assert [is_covrl_step("vpo+covrl", 10 * k, 10, 0.5) for k in range(1, 7)] == [False, True] * 3
     assert sum(is_covrl_step("vpo+covrl", 10 * k, 10, 0.25) for k in range(1, 9)) == 2
@@ -202,7 +202,7 @@ needs_tiny = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(),
 
 def _items(problems):
     from evaluators.types import Evaluation
-    from proposer.scoring import seed_prompt
+    from proposer.answers.scoring import seed_prompt
 
     return [(seed_prompt(p, Evaluation(vector=[0.0] * p.n_tests, scalar=0.0, solved=False, status="wrong"), 2),
              p.reference_code.rstrip("\n")) for p in problems]
@@ -218,9 +218,9 @@ def test_covrl_steps_raise_heldout_reference_likelihood_under_the_prior_template
     from problems.suites import SUITES, generate_pbe
     from problems.suites.pbe import DEFAULT_SEED
     from proposer.backends import make_backend
-    from proposer.covrl_step import CoVRLUpdater, reference_loglik, sample_trajectories
-    from proposer.lora import wrap_lora
-    from proposer.training import PolicyTrainer, TrainConfig
+    from proposer.training.covrl_step import CoVRLUpdater, reference_loglik, sample_trajectories
+    from proposer.training.lora import wrap_lora
+    from proposer.training.trainer import PolicyTrainer, TrainConfig
 
     # held out: the next 8 problems of the train split's stream (same shapes, never trained on). On held-out
     # *shapes* (pbe-heldout) the same run lowered the likelihood (docs/results/covrl.md).

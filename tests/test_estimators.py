@@ -5,7 +5,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from proposer.estimators import (
+from proposer.training.estimators import (
     ESTIMATORS,
     dr_grpo,
     gdpo,

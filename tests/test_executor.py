@@ -5,9 +5,10 @@ import socket
 
 import pytest
 
-from evaluators.executor import EXECUTORS, ExecutorError, make_executor
+from evaluators.executor import EXECUTORS, ExecutorError, ExecutorSpec, make_executor
 from evaluators.pool import SandboxPool
 from evolve.config import ConfigError, load_config
+from evolve.runner import executor_spec
 from problems.suites import SUITES
 from tests.campaign_helpers import vevo
 
@@ -15,8 +16,8 @@ from tests.campaign_helpers import vevo
 def test_registry_and_local_executor():
     assert set(EXECUTORS) >= {"local", "ray"}
     cfg = load_config(None, {"workers": 1})
-    assert cfg.executor.kind == "local" and cfg.executor.ray_address is None
-    ex = make_executor(cfg)
+    assert executor_spec(cfg) == ExecutorSpec(kind="local", workers=1, ray_address=None, unsafe_no_sandbox=False)
+    ex = make_executor(executor_spec(cfg))
     try:
         assert isinstance(ex, SandboxPool)
         p = SUITES["pbe"]()[0]
@@ -30,12 +31,8 @@ def test_unknown_executor_is_one_line():
     with pytest.raises(ConfigError, match="executor"):
         load_config(None, {"executor": "slurm"})
 
-    class Cfg:
-        class executor:  # noqa: N801 (a config section)
-            kind = "slurm"
-
     with pytest.raises(ExecutorError, match="unknown executor 'slurm'; known: local, ray"):
-        make_executor(Cfg())
+        make_executor(ExecutorSpec(kind="slurm"))
 
 
 def test_unreachable_ray_cluster_is_one_line_and_fast(tmp_path):

@@ -15,9 +15,10 @@ from evolve.archive import Archive
 from problems import importers
 from problems.evolve_block import wrap_block
 from problems.model import CallCase, Problem
-from proposer import backends, estimators
-from proposer.base import Completion
-from proposer.parsing import format_answers
+from proposer import backends
+from proposer.answers.parsing import format_answers
+from proposer.backends.base import Completion
+from proposer.training import estimators
 
 
 def import_pairs(path) -> list[Problem]:
@@ -77,8 +78,8 @@ def choose_last(history: portfolio.History, rng, params) -> int:
 class CountingExecutor:
     """A new executor: the local sandbox pool, counting the candidates it is given."""
 
-    def __init__(self, cfg, hide):
-        self.pool = SandboxPool(workers=cfg.sandbox.workers, hide=hide)
+    def __init__(self, spec, hide):
+        self.pool = SandboxPool(workers=spec.workers, hide=hide)
 
     def evaluate_many(self, items, time_limit=None):
         evaluated.append(len(items))

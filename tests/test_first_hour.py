@@ -12,7 +12,7 @@ import pytest
 
 from evolve import curves
 from problems.model import short_title
-from proposer.parsing import format_answers
+from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import tail, vevo
 
 SQUARES = "def solve(xs):\n    return sum(x * x for x in xs)\n"

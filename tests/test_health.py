@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from evolve.health import Health, Observation, Outcome
-from proposer.parsing import format_answers
+from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import tail, vevo
 
 NAME_ERROR = "solve([1, 2, 3]) == 14: NameError: entry point 'solve' is not defined"

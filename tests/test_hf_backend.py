@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from proposer.backends import TINY_CHECKPOINT, BackendError, make_backend  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
-from proposer.hf import HFBackend  # noqa: E402
-from proposer.training import batch_sequence_logprobs  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.backends.hf import HFBackend  # noqa: E402
+from proposer.backends.logprobs import batch_sequence_logprobs  # noqa: E402
 
 TEXTS = [
     "def f(x):\n    x = x + 1\n    return x\n",
@@ -198,8 +198,8 @@ def test_make_backend_specs(model_dir, tmp_path):
         make_backend(f"replay:{bad}")
     hb = make_backend(f"hf:{model_dir}", device="cpu", threads=1, seed=0)
     assert isinstance(hb, HFBackend) and len(hb.generate(PROMPTS, 2, SamplingParams(max_tokens=4))[1]) == 2
-    for spec, module in (("openai:http://localhost:1/v1", "proposer.openai_backend"),
-                         (f"vllm:{model_dir}", "proposer.vllm_backend")):
+    for spec, module in (("openai:http://localhost:1/v1", "proposer.backends.openai"),
+                         (f"vllm:{model_dir}", "proposer.backends.vllm")):
         try:
             __import__(module)
         except ModuleNotFoundError:
@@ -220,8 +220,8 @@ def test_seedless_sampling_uses_backend_seed(model_dir):
 
 @pytest.mark.skipif(not (TINY_CHECKPOINT / "model.safetensors").is_file(), reason="tiny checkpoint not built")
 def test_bundled_tiny_checkpoint_answers_parse(pool):
-    from proposer.mutate import apply_answer
-    from proposer.parsing import parse_answers
+    from proposer.answers.mutate import apply_answer
+    from proposer.answers.parsing import parse_answers
     from proposer.tiny.quality import pbe_items
 
     b = make_backend("tiny", device="cpu")

@@ -13,8 +13,8 @@ from evolve.campaign import Campaign
 from evolve.config import load_config
 from evolve.hooks import TrainerHook
 from problems.suites import SUITES
-from proposer.base import CONCURRENT, VERSIONED, Completion
-from proposer.parsing import format_answers
+from proposer.backends.base import CONCURRENT, VERSIONED, Completion
+from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import tail
 
 PROBS = [p for p in SUITES["pbe"]() if p.split == "train"][:2]

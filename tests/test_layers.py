@@ -1,6 +1,8 @@
 """The layers import downward only — problems → evaluators → proposer → evolve — and no module imports itself
 back through others. Every import counts, including the lazy ones inside functions: a lazy upward import is
-still an upward dependency, only hidden."""
+still an upward dependency, only hidden. Inside proposer/ the sub-packages are layers too (PROPOSER_SUBLAYERS).
+A lower layer reading the run config (``evolve.config``) by duck typing is an upward dependency no import shows:
+``run_config_reads`` finds those reads."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +10,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["problems", "evaluators", "proposer", "evolve"]  # each may import only from itself and those before
+# proposer's sub-packages, lowest first: a module may import its own sub-package and those of earlier ranks, not a
+# peer of its own rank (the answer format knows no backend; a backend knows no answer format and no trainer)
+PROPOSER_SUBLAYERS = [  # sub-packages of proposer ("": proposer/__init__.py)
+    ["", "errors", "files"],  # the package's shared bottom: errors, file modes
+    ["answers", "backends"],
+    ["training", "tiny"],
+    ["integrations"],
+]
+# variable names the run config travels under in evolve/ (``cfg``); a lower layer reading a top-level run-config
+# key off one of them is duck typing the run config
+RUN_CONFIG_NAMES = {"cfg", "config", "run_cfg", "run_config", "campaign_cfg"}
 
 
 def _module_name(path: Path) -> str:
@@ -57,6 +70,128 @@ def _layer(mod: str) -> int:
 def test_layers_import_downward_only():
     upward = sorted(f"{m} -> {d}" for m, deps in import_graph().items() for d in deps if _layer(d) > _layer(m))
     assert upward == []
+
+
+def _sublayer(mod: str) -> tuple[int, str] | None:
+    """(rank, sub-package) of a proposer module: the longest sub-package prefix it falls under."""
+    best = None
+    for rank, group in enumerate(PROPOSER_SUBLAYERS):
+        for name in group:
+            pkg = f"proposer.{name}" if name else "proposer"  # "" is the package's own __init__, not a prefix
+            if (mod == pkg or (name and mod.startswith(pkg + "."))) and (best is None or len(pkg) > len(best[1])):
+                best = (rank, pkg)
+    return best
+
+
+def _core(mod: str) -> bool:
+    return _sublayer(mod) is not None and _sublayer(mod)[0] == 0
+
+
+def sublayer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports inside proposer/ that point up its sub-layers or across to a peer of the same rank."""
+    wrong = []
+    for m, deps in graph.items():
+        if m.split(".")[0] != "proposer":
+            continue
+        rank, pkg = _sublayer(m)
+        for d in deps:
+            if d.split(".")[0] != "proposer":
+                continue
+            d_rank, d_pkg = _sublayer(d)
+            if d_rank > rank or (d_rank == rank and d_pkg != pkg and not (_core(m) and _core(d))):
+                wrong.append(f"{m} -> {d}")
+    return sorted(wrong)
+
+
+def test_proposer_sublayers_point_one_way():
+    """Inside proposer/: answers and backends below training and tiny, integrations on top; peers apart."""
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if m.split(".")[0] == "proposer" and _sublayer(m) is None)
+    assert unplaced == [], "a proposer module outside every sub-layer: add its sub-package to PROPOSER_SUBLAYERS"
+    assert sublayer_violations(graph) == []
+
+
+def _sections() -> dict[str, set[str]]:
+    """The run config's sections (its fields that are models) → their keys; and "" → its top-level keys."""
+    from pydantic import BaseModel
+
+    from evolve.config import CampaignConfig
+
+    out: dict[str, set[str]] = {"": set()}
+    for name, field in CampaignConfig.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out[name] = set(ann.model_fields)
+        else:
+            out[""].add(name)
+    return out
+
+
+def run_config_reads(source: str, sections: dict[str, set[str]]) -> list[str]:
+    """Where a module reads the run config: ``X.train.lr``, ``t = cfg.sandbox``, ``f(x.sampling)``,
+    ``getattr(cfg.sandbox, "workers")``, ``getattr(cfg, "train")`` (a section of the run config read as an
+    attribute, anything but a method call such as ``model.train()``), and ``cfg.seed`` (a top-level run-config
+    key read off a variable named like the run config). Returns "line: expression" strings."""
+    tree = ast.parse(source)
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in sections:
+            up = parents.get(node)
+            if isinstance(up, ast.Call) and up.func is node:
+                continue  # a method call: model.train()
+            if isinstance(up, ast.Attribute) and up.attr not in sections[node.attr]:
+                continue  # a chain into something that is not the section's key
+            hits.append(f"{node.lineno}: {ast.unparse(up if isinstance(up, ast.Attribute) else node)}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in RUN_CONFIG_NAMES and node.attr in sections[""]):
+            hits.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in sections):
+            hits.append(f"{node.lineno}: {ast.unparse(node)}")
+    return sorted(set(hits), key=lambda h: int(h.split(":")[0]))
+
+
+def test_lower_layers_do_not_read_the_run_config():
+    """problems/, evaluators/ and proposer/ get small typed values or configs of their own (evolve/ builds them
+    from the run config); reading ``cfg.train.*`` there would tie them to evolve's config by duck typing."""
+    sections = _sections()
+    reads = [f"{path.relative_to(ROOT)}:{hit}" for layer in LAYERS if layer != "evolve"
+             for path in sorted((ROOT / layer).rglob("*.py"))
+             for hit in run_config_reads(path.read_text(encoding="utf-8"), sections)]
+    assert reads == []
+
+
+def test_the_config_read_checker_sees_duck_typed_reads():
+    """The checker can fail: each way of reading the run config is caught, method calls and own configs are not."""
+    sections = _sections()
+    caught = run_config_reads(
+        "def f(cfg, x, model, t):\n"
+        "    a = cfg.sandbox.workers\n"
+        "    s = x.train\n"
+        "    b = getattr(cfg.sandbox, 'unsafe_no_sandbox', False)\n"
+        "    c = getattr(x, 'executor')\n"
+        "    d = cfg.seed\n"
+        "    model.train()\n"
+        "    e = t.cfg.train_mode\n"
+        "    return cfg.clip_eps\n", sections)
+    assert [h.split(":")[0] for h in caught] == ["2", "3", "4", "5", "6"]
+    assert "2: cfg.sandbox.workers" in caught and "6: cfg.seed" in caught
+
+
+def test_the_sublayer_checker_sees_upward_and_sideways_imports(tmp_path, monkeypatch):
+    """A backend importing the trainer (upward) and the answer format importing a backend (a peer) are caught;
+    the trainer importing a backend (downward) is not."""
+    for pkg in LAYERS + ["proposer/backends", "proposer/training", "proposer/answers"]:
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "proposer" / "backends" / "hf.py").write_text("from proposer.training.trainer import x\n")
+    (tmp_path / "proposer" / "training" / "trainer.py").write_text("from proposer.backends import hf\n")
+    (tmp_path / "proposer" / "answers" / "naming.py").write_text("def f():\n    import proposer.backends.hf\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    assert sublayer_violations(import_graph()) == ["proposer.answers.naming -> proposer.backends.hf",
+                                                   "proposer.backends.hf -> proposer.training.trainer"]
+    assert _sublayer("proposer.newmodule") is None  # a new top-level module must be given a sub-layer
 
 
 def _is_ancestor_package(a: str, b: str) -> bool:

@@ -50,8 +50,8 @@ def test_many_problems_campaign_visits_every_island_once_per_round(lo, tmp_path)
 
 
 def test_fresh_backend_never_repeats(lo):
-    from proposer.base import SamplingParams
-    from proposer.parsing import parse_answers
+    from proposer.backends.base import SamplingParams
+    from proposer.answers.parsing import parse_answers
 
     b = lo.FreshBackend(m=4)
     bodies = []
@@ -81,7 +81,7 @@ def test_synthetic_archive_looks_like_a_campaigns_and_resumes(lo, tmp_path):
     keys, hashes, a checkpoint per island), and a campaign resumed on it continues it: new ids after the last,
     every proposal fresh, restore and per-iteration timings and RSS reported."""
     from evolve.archive import Archive
-    from proposer.mutate import normalized_hash
+    from proposer.answers.mutate import normalized_hash
 
     run = tmp_path / "synth"
     info = lo.build_archive(run, 300, n_problems=3, chunk=7)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from problems.evolve_block import evolve_block
-from proposer.mutate import MutationError, apply_answer, normalized_hash
-from proposer.parsing import Answer, format_diff, parse_answers
+from proposer.answers.mutate import MutationError, apply_answer, normalized_hash
+from proposer.answers.parsing import Answer, format_diff, parse_answers
 
 PARENT = """import math
 

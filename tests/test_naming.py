@@ -5,10 +5,10 @@ import json
 
 from evolve.config import load_config
 from evolve.runner import start
-from proposer.naming import Renaming, entry_name, present, rename_code, rename_text
-from proposer.parsing import format_answers
-from proposer.scoring import triage
-from proposer.prompting import PromptContext, build_prompt
+from proposer.answers.naming import Renaming, entry_name, present, rename_code, rename_text
+from proposer.answers.parsing import format_answers
+from proposer.answers.scoring import triage
+from proposer.answers.prompting import PromptContext, build_prompt
 from tests.campaign_helpers import vevo
 
 PARENT = '''"""solve() docs stay as written."""
@@ -75,9 +75,9 @@ def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
 
 
 def test_vevo_train_and_eval_score_answers_in_the_models_names(tmp_path):
-    """proposer/scoring.py (vevo train / eval): the seed prompt says f, answers written as f score as solve."""
+    """proposer/answers/scoring.py (vevo train / eval): the seed prompt says f, answers written as f score as solve."""
     from evaluators.pool import SandboxPool
-    from proposer.scoring import score_completions, seed_prompt
+    from proposer.answers.scoring import score_completions, seed_prompt
     from problems.model import load_native
     from problems.scaffold import new_problem
 

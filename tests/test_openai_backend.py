@@ -3,7 +3,7 @@
 The model server is a small OpenAI-compatible server (``/v1/models``, ``/v1/completions``,
 ``/v1/chat/completions``, ``/v1/load_lora_adapter``) that samples from a random tiny Llama with transformers, so
 the backend sees real text, real token ids and real log-probs, which are checked against
-``proposer.training.completion_logprobs`` on the same model. It speaks vLLM's extensions (``return_token_ids``,
+``proposer.backends.logprobs.completion_logprobs`` on the same model. It speaks vLLM's extensions (``return_token_ids``,
 ``return_tokens_as_token_ids``) unless ``strict`` (then, like OpenAI, unknown fields are a 400). Failure servers
 (500s, slow answers, dead ports) exercise retries and errors.
 """
@@ -23,8 +23,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from proposer.backends import BackendError, make_backend  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
-from proposer.openai_backend import OpenAIBackend, normalize_base_url  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.backends.openai import OpenAIBackend, normalize_base_url  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -329,7 +329,7 @@ def _free_port() -> int:
 
 
 def _check_against_hf(model, groups, atol=1e-4):
-    from proposer.training import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     flat = [c for g in groups for c in g]
     assert all(c.token_ids and c.prompt_token_ids and c.logprobs for c in flat)

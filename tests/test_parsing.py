@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from proposer.parsing import Answer, fence_code, format_answers, format_diff, parse_answers
+from proposer.answers.parsing import Answer, fence_code, format_answers, format_diff, parse_answers
 
 CODE_A = "def f(x):\n    return x + 1"
 CODE_B = "def f(x):\n    return x - 1"

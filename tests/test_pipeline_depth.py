@@ -14,13 +14,13 @@ import pytest
 from evaluators.pool import SandboxPool
 from evolve.archive import Archive
 from evolve.campaign import KnownBefore, settle
-from proposer.scoring import triage
+from proposer.answers.scoring import triage
 from evolve.config import load_config
 from evolve.runner import start
 from problems.suites import SUITES
-from proposer.mutate import normalized_hash
-from proposer.parsing import format_answers
-from proposer.replay import ReplayBackend
+from proposer.answers.mutate import normalized_hash
+from proposer.answers.parsing import format_answers
+from proposer.backends.replay import ReplayBackend
 from tests.campaign_helpers import BreaksAtCall, InFlight, tail
 
 PBE = SUITES["pbe"]()

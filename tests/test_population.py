@@ -10,7 +10,7 @@ from evaluators.types import Evaluation
 from evolve.archive import ProgramRecord
 from evolve.config import SelectionConfig
 from evolve.population import Population, ResumeError, state_key
-from proposer.mutate import normalized_hash
+from proposer.answers.mutate import normalized_hash
 
 
 def ev(vector: list[float], solved: bool = False, status: str = "wrong") -> Evaluation:

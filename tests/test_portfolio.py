@@ -23,7 +23,7 @@ from evolve.config import ConfigError, load_config
 from evolve.portfolio import CHOICES, Arm, History, Portfolio, batch_reward, improvement
 from problems.evolve_block import wrap_block
 from problems.model import CallCase, Problem, write_native
-from proposer.parsing import format_answers
+from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import ROOT, last_iteration, tail, vevo
 
 N_TESTS = 200
@@ -322,9 +322,9 @@ def test_the_frozen_member_is_the_trained_backend_with_its_adapter_off(tmp_path)
 
     from evolve.members import build_members
     from proposer.backends import make_backend
-    from proposer.base import SamplingParams
-    from proposer.frozen import FrozenAdapterView
-    from proposer.lora import wrap_lora
+    from proposer.backends.base import SamplingParams
+    from proposer.backends.frozen import FrozenAdapterView
+    from proposer.training.lora import wrap_lora
 
     cfg = load_config(None, {"suite": "pbe", "train": {"algo": "vpo"}, "proposers": [
         {"name": "policy", "spec": "tiny", "train": True}, {"name": "base", "spec": "tiny"}]})

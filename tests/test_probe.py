@@ -46,7 +46,7 @@ class _Fixed:
     """A proposer that always writes the same answers: probes of it must not change between runs."""
 
     def generate(self, prompts, n, sampling):
-        from proposer.base import Completion
+        from proposer.backends.base import Completion
 
         text = "<answer_1>\n```python\ndef f(xs):\n    return xs\n```\n</answer_1>"
         return [[Completion(text=text) for _ in range(n)] for _ in prompts]

@@ -15,7 +15,7 @@ from evolve.campaign import Campaign
 from evolve.config import CampaignConfig
 from evolve.islands import Island
 from evolve.program_cache import HashIndex, MemberCache, load_member, member_of
-from proposer.mutate import normalized_hash
+from proposer.answers.mutate import normalized_hash
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py"
 
@@ -34,8 +34,8 @@ def _repeating_backend(lo):
 
     class Repeating(lo.ResumableFreshBackend):
         def generate(self, prompts, n, sampling):
-            from proposer.base import Completion
-            from proposer.parsing import format_answers
+            from proposer.backends.base import Completion
+            from proposer.answers.parsing import format_answers
 
             groups = []
             for _ in prompts:

@@ -15,7 +15,7 @@ import pytest
 from evolve.progress import Rate, Reporter
 from evolve.study import trend
 from problems.suites import SUITES
-from proposer.parsing import format_answers
+from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import ROOT, tail, vevo
 
 PID = "pbe/list-1001"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from proposer.parsing import format_diff, parse_answers
-from proposer.prompting import PromptContext, build_prompt, completion_target
+from proposer.answers.parsing import format_diff, parse_answers
+from proposer.answers.prompting import PromptContext, build_prompt, completion_target
 
 PARENT = ("import sys\n# EVOLVE-BLOCK-START\ndef add(a, b):\n    return a - b\n# EVOLVE-BLOCK-END\n"
           "print(add(*map(int, sys.argv[1:])))\n")

@@ -12,9 +12,9 @@ ray = pytest.importorskip("ray")
 from evolve.config import ConfigError, load_config  # noqa: E402
 from evolve.runner import backend_kwargs  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, expected_specs, make_backend, spec_kind  # noqa: E402
-from proposer.base import ADAPTERS, STATE, VERSIONED  # noqa: E402
+from proposer.backends.base import ADAPTERS, STATE, VERSIONED  # noqa: E402
 from proposer.errors import BackendError  # noqa: E402
-from proposer.ray_replicas import (RayVLLMBackend, actor_gpus, pack_adapter, placement_error,  # noqa: E402
+from proposer.backends.ray_replicas import (RayVLLMBackend, actor_gpus, pack_adapter, placement_error,  # noqa: E402
                                    unpack_adapter)
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

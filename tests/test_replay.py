@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proposer.base import Backend, SamplingParams
-from proposer.replay import ReplayBackend
+from proposer.backends.base import Backend, SamplingParams
+from proposer.backends.replay import ReplayBackend
 
 SP = SamplingParams()
 

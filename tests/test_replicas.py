@@ -15,8 +15,8 @@ from evolve.archive import Archive  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
-from proposer.replicas import ReplicatedBackend  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.backends.replicas import ReplicatedBackend  # noqa: E402
 from tests.campaign_helpers import BreaksAtCall, InFlight, wait_for_iteration  # noqa: E402
 from tests.test_openai_backend import MODEL_NAME, Server, TinyLM, build_tiny_llama, make_lora_adapter  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""proposer/scoring.py, the one path from a parent to prompts and score matrices: its pure parts on hand-made
+"""proposer/answers/scoring.py, the one path from a parent to prompts and score matrices: its pure parts on hand-made
 answers, and the agreement of its users on the same completions (a campaign's archive, `score_completions` of
 `vevo train` / `eval`, the veRL reward and export) with real sandboxes and a real campaign."""
 from __future__ import annotations
@@ -15,11 +15,11 @@ from evolve.runner import start
 from problems.model import load_native
 from problems.scaffold import new_problem
 from problems.suites import SUITES
-from proposer.mutate import normalized_hash
-from proposer.parsing import format_answers
-from proposer.scoring import (Parent, Slot, answer_vectors, parent_prompt, score_completions, score_matrices,
+from proposer.answers.mutate import normalized_hash
+from proposer.answers.parsing import format_answers
+from proposer.answers.scoring import (Parent, Slot, answer_vectors, parent_prompt, score_completions, score_matrices,
                               seed_prompt, triage)
-from proposer.verl_plugin import AnswerScorer, export_rows
+from proposer.integrations.verl_plugin import AnswerScorer, export_rows
 
 PARENT = "# EVOLVE-BLOCK-START\ndef f(x):\n    return x\n# EVOLVE-BLOCK-END\n"
 

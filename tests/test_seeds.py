@@ -91,7 +91,7 @@ def test_a_run_that_solved_everything_stays_in_the_average_to_its_budget(tmp_pat
     import json as _json
 
     from evolve.curves import curve_table, run_curves
-    from proposer.parsing import format_answers
+    from proposer.answers.parsing import format_answers
     from tests.campaign_helpers import tail
 
     p = PROBS[0]

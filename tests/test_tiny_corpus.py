@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from problems.evolve_block import evolve_block
-from proposer.mutate import apply_answer, normalized_hash
+from proposer.answers.mutate import apply_answer, normalized_hash
 from problems.suites import pbe
-from proposer.parsing import parse_answers
+from proposer.answers.parsing import parse_answers
 from proposer.tiny import corpus as C
 
 N = 300

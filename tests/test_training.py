@@ -8,15 +8,10 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from proposer.base import Completion
-from proposer.estimators import set_reward, vpo_advantage
-from proposer.training import (
-    PolicyTrainer,
-    TrainConfig,
-    TrainSample,
-    batch_sequence_logprobs,
-    sequence_logprobs,
-)
+from proposer.backends.base import Completion
+from proposer.training.estimators import set_reward, vpo_advantage
+from proposer.backends.logprobs import batch_sequence_logprobs, sequence_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 VOCAB, D, M, G = 32, 4, 4, 8
 PROMPT = [1, 2, 3]

@@ -18,14 +18,15 @@ MIN_HELDOUT_KL = 1e-4
 
 def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from evolve.config import CampaignConfig
-    from proposer.scoring import score_completions, seed_prompt
+    from proposer.answers.scoring import score_completions, seed_prompt
     from problems.suites import SUITES
     from proposer.backends import make_backend
-    from proposer.base import SamplingParams
+    from proposer.backends.base import SamplingParams
     from evolve.trainer_setup import training_config
-    from proposer.estimators import vpo_advantage
-    from proposer.lora import wrap_lora
-    from proposer.training import PolicyTrainer, TrainSample, completion_logprobs
+    from proposer.training.estimators import vpo_advantage
+    from proposer.training.lora import wrap_lora
+    from proposer.backends.logprobs import completion_logprobs
+    from proposer.training.trainer import PolicyTrainer, TrainSample
 
     cfg = CampaignConfig(train="vpo")
     torch.manual_seed(0)

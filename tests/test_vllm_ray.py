@@ -16,16 +16,16 @@ ray = pytest.importorskip("ray")
 
 from evolve.archive import Archive  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
-from proposer.base import SamplingParams  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.errors import BackendError  # noqa: E402
-from proposer.ray_replicas import NAMESPACE, RayVLLMBackend  # noqa: E402
+from proposer.backends.ray_replicas import NAMESPACE, RayVLLMBackend  # noqa: E402
 from tests.campaign_helpers import vevo  # noqa: E402
 
 
 def _cluster(**head):
     from ray.cluster_utils import Cluster
 
-    from proposer.vllm_backend import _cpu_defaults
+    from proposer.backends.vllm import _cpu_defaults
 
     _cpu_defaults()  # the raylet's workers (the engines' actors) inherit this process's environment
     c = Cluster(initialize_head=True, head_node_args={"include_dashboard": False,

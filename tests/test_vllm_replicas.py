@@ -17,7 +17,7 @@ from tests.campaign_helpers import vevo, wait_for_iteration  # noqa: E402
 
 
 def test_two_vllm_replicas_one_killed_mid_run(tmp_path):
-    from proposer.vllm_backend import _cpu_defaults
+    from proposer.backends.vllm import _cpu_defaults
     from tests.vllm_helpers import vllm_server
 
     _cpu_defaults()

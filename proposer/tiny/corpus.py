@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from problems.suites import pbe
-from proposer.prompting import PromptContext, build_prompt, completion_target
+from proposer.answers.prompting import PromptContext, build_prompt, completion_target
 
 M_CHOICES = (1, 2, 3, 4, 5, 6)
 M_WEIGHTS = (2, 1, 2, 12, 2, 1)  # the campaign default is m = 4; m = 1 is the single-answer baseline

@@ -156,7 +156,7 @@ def save_checkpoint(model, tok, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see proposer/hf.py
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads; see proposer/backends/hf.py
     ap = argparse.ArgumentParser(description="Pretrain the tiny proposer on CPU.")
     ap.add_argument("--out", required=True, help="checkpoint folder to write")
     ap.add_argument("--minutes", type=float, default=13.0, help="training time budget (corpus/tokenizer excluded)")

@@ -8,7 +8,7 @@ Prompt sets (none of them is pretraining data):
   measures format and search-readiness, not recall);
 * ``pbe-train m=1`` the pbe train prompts asking for a single answer (the single-answer baseline).
 
-Per answer slot (m per completion), scored as a campaign scores a batch (proposer/scoring.py, in vevo's sandbox):
+Per answer slot (m per completion), scored as a campaign scores a batch (proposer/answers/scoring.py, in vevo's sandbox):
 ``parse`` = the answer is code or a SEARCH/REPLACE diff; ``apply`` = it applies to the parent; ``run`` = the child
 program ran to the end (status ok or wrong); ``solve`` = it passes every test. Rates are over all m * n slots;
 an answer that repeats an earlier one of its prompt runs once and counts in every slot it fills.
@@ -45,7 +45,7 @@ def pbe_items(split: str, evaluator, n: int | None = None, m: int = 4, alias: st
     """The pbe problems of a split with their seed program as the parent: the campaign's first prompt (the seed
     evaluated by ``evaluator``; ``alias``: the function name the model writes, the tiny model's by default)."""
     from problems.suites import pbe
-    from proposer.scoring import seed_prompt
+    from proposer.answers.scoring import seed_prompt
 
     probs = pbe.generate_pbe(n or (pbe.N_TRAIN if split == "train" else pbe.N_HELDOUT), pbe.DEFAULT_SEED, split)
     seeds = evaluator.evaluate_many([(p, p.seed_code) for p in probs]) if probs else []
@@ -56,9 +56,9 @@ def pbe_items(split: str, evaluator, n: int | None = None, m: int = 4, alias: st
 def measure(backend, items: list[dict[str, Any]], evaluator, n: int = 4, temperature: float = 1.0,
             max_tokens: int = 384, seed: int = 0, batch_prompts: int = 8) -> dict[str, Any]:
     """Generate n completions per item and score every answer slot (see module docstring)."""
-    from proposer import naming
-    from proposer.base import SamplingParams
-    from proposer.scoring import score_completions
+    from proposer.answers import naming
+    from proposer.backends.base import SamplingParams
+    from proposer.answers.scoring import score_completions
 
     slots = parsed = applied = ran = solve = completions = stopped = tokens = 0
     distinct: list[int] = []
@@ -97,8 +97,8 @@ def report(model_dir: str, n: int = 4, fresh: int = 32, seed: int = 0, corpus_se
     """Quality on the three prompt sets (``pbe``: cap on problems per pbe split, None = the whole suite), the
     answers run in a vevo sandbox pool of ``workers``."""
     from evaluators.pool import SandboxPool
-    from proposer import naming
-    from proposer.hf import HFBackend
+    from proposer.answers import naming
+    from proposer.backends.hf import HFBackend
 
     backend = HFBackend(model_dir, device="cpu", threads=threads)
     alias = naming.entry_name(backend)

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 EOS = "<|endoftext|>"
 MAX_TAG = 8
 TAGS = [f"<answer_{k}>" for k in range(1, MAX_TAG + 1)] + [f"</answer_{k}>" for k in range(1, MAX_TAG + 1)]
-# "### Write 4 different improved versions" (proposer.prompting, compact style): one token per m, so the number of
+# "### Write 4 different improved versions" (proposer.answers.prompting, compact style): one token per m, so the number of
 # answers asked for is a single distinct token the model can attend to when it decides, after </answer_k>,
 # whether to go on or stop. With m as a plain digit token (the same "4" as in every constant and test), a first
 # 13-minute model had not learned to count at all: P(stop after answer 2 | m = 2) was 0.06.

@@ -24,7 +24,7 @@ import textwrap
 
 from problems.evolve_block import END, START, MarkerError, is_marker, markers, split_lines
 
-from .parsing import Answer
+from proposer.answers.parsing import Answer
 
 class MutationError(ValueError):
     """An answer could not be applied; the message is one line (it goes into artifacts and logs)."""

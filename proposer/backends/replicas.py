@@ -1,5 +1,5 @@
 """Several proposer servers serving one campaign: ``openai:URL1,URL2,...`` (each a ``vllm serve`` or any
-OpenAI-compatible server of the same model), and ``vllm-ray:PATH`` (engines as Ray actors, proposer/ray_replicas.py).
+OpenAI-compatible server of the same model), and ``vllm-ray:PATH`` (engines as Ray actors, proposer/backends/ray_replicas.py).
 
 Decisions:
 
@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from proposer.base import CONCURRENT, AdapterState, Completion, SamplingParams
+from proposer.backends.base import CONCURRENT, AdapterState, Completion, SamplingParams
 
 from proposer.errors import BackendError
 

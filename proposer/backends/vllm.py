@@ -18,7 +18,7 @@ Decisions:
   KV blocks.
 * Log-probs: ``logprobs=0`` with the engine's ``logprobs_mode="processed_logprobs"`` returns the sampled
   token's log-prob under the distribution sampled from (logits / T, top-p nucleus renormalised), the quantity
-  ``proposer.training.tempered_logprobs`` computes (engines without the option give raw log-probs; then
+  ``proposer.backends.logprobs.tempered_logprobs`` computes (engines without the option give raw log-probs; then
   ``logprobs_tempered`` is False and ``meta["raw_logprobs"]`` marks completions sampled at T != 1). A stop at EOS keeps the EOS token in ``token_ids`` (with
   its log-prob) but not in ``text``, as in the hf backend. The text is decoded here from the token ids (vLLM's
   detokenizer is off) with the hf backend's rule, so both backends turn the same tokens into the same text
@@ -48,8 +48,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from proposer.base import AdapterState, Completion, SamplingParams
-from proposer.templating import encode_prompt, resolve_chat
+from proposer.backends.base import AdapterState, Completion, SamplingParams
+from proposer.backends.templating import encode_prompt, resolve_chat
 from proposer.errors import BackendError, one_line
 
 

@@ -19,7 +19,7 @@ import re
 import tokenize
 from dataclasses import dataclass, replace
 
-from proposer.prompting import PromptContext
+from proposer.answers.prompting import PromptContext
 
 
 def _sites(code: str, name: str) -> list[tuple[int, int]] | None:

@@ -1,5 +1,5 @@
 """The ``vllm-ray:PATH`` backend: vevo starts N vLLM engines of the model at PATH, each a Ray actor holding one
-``VLLMBackend``, and serves one campaign from them through ``ReplicatedBackend`` (proposer/replicas.py), which
+``VLLMBackend``, and serves one campaign from them through ``ReplicatedBackend`` (proposer/backends/replicas.py), which
 alone decides the spreading, failover and "publish the adapter to every live replica before returning".
 
 Decisions:
@@ -43,9 +43,9 @@ from typing import Any, Callable
 import ray
 
 from evaluators.ray_cluster import connect, lost_errors
-from proposer.base import Completion, SamplingParams
+from proposer.backends.base import Completion, SamplingParams
 from proposer.errors import BackendError, one_line
-from proposer.replicas import ReplicatedBackend
+from proposer.backends.replicas import ReplicatedBackend
 
 LOST = lost_errors()
 READY_TIMEOUT = 900.0   # seconds for every engine to start (a big model loads for minutes)
@@ -126,7 +126,7 @@ class VLLMActor:
     """One vLLM engine (VLLMBackend) on whatever node Ray placed it, and the adapters it was sent."""
 
     def __init__(self, path: str, kwargs: dict[str, Any]):
-        from proposer.vllm_backend import VLLMBackend
+        from proposer.backends.vllm import VLLMBackend
 
         self.backend = VLLMBackend(path, **kwargs)
         self.dir = Path(tempfile.mkdtemp(prefix="vevo-lora-"))

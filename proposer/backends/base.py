@@ -50,7 +50,7 @@ class Backend(Protocol):
     are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE) and implemented as named there.
     A backend whose model only ever learnt one function name may set ``entry_name`` (the tiny one: "f"): the
     campaign then shows each problem's entry point under that name and renames answers back
-    (``proposer/naming.py``)."""
+    (``proposer/answers/naming.py``)."""
 
     name: str
     policy_version: int

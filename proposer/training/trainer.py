@@ -11,7 +11,7 @@ One readable file, CleanRL style; every hyperparameter is a field of ``TrainConf
   on fresh samples is exactly 1;
 * the policy pi_theta being trained.
 
-For a minibatch and one scalar advantage A per completion (``proposer.estimators``; zero advantages are kept:
+For a minibatch and one scalar advantage A per completion (``proposer.training.estimators``; zero advantages are kept:
 they count in the token-mean denominator and carry their KL term, as in veRL)::
 
     w_t    = min(exp(log pi_old(y_t) - log b(y_t)), is_cap)     truncated IS weight, detached; 1 without b
@@ -47,18 +47,16 @@ explicit frozen copy (``PolicyTrainer.frozen_copy``), or None to skip the KL ter
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from proposer.base import Completion
+from proposer.backends.base import Completion
+from proposer.backends.logprobs import base_model as _base, completion_logprobs, model_device as _device
 from proposer.files import honour_umask
 
 LOG_RATIO_CLAMP = 20.0  # as veRL: exp of at most e^20
@@ -138,123 +136,6 @@ def _is_peft(model: Any) -> bool:
     except ImportError:  # peft not installed: cannot be a PEFT model
         return False
     return isinstance(model, PeftModel)
-
-
-def _base(model: Any) -> Any:
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _autocast(device: torch.device, enabled: bool):
-    if enabled and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
-
-
-def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                      top_p: float = 1.0) -> torch.Tensor:
-    """log p(target) under the distribution a sampler draws from: softmax(logits / T) (T <= 0, greedy: T = 1),
-    restricted to the top-p nucleus and renormalised when top_p < 1. The nucleus is the smallest set of most
-    likely tokens whose mass reaches top_p (the first token always in); the target is always kept in it, so a
-    token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) -> (...)."""
-    z = logits.float()
-    if temperature > 0 and temperature != 1.0:
-        z = z / temperature
-    logp = F.log_softmax(z, dim=-1)
-    if top_p < 1.0:
-        with torch.no_grad():
-            sorted_p, idx = logp.exp().sort(dim=-1, descending=True)
-            keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
-            keep = torch.zeros_like(keep_sorted).scatter_(-1, idx, keep_sorted)
-            keep.scatter_(-1, targets[..., None], True)
-        logp = logp.masked_fill(~keep, float("-inf"))
-        logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
-    return logp.gather(-1, targets[..., None]).squeeze(-1)
-
-
-def _keeps_logits(model: torch.nn.Module) -> bool:
-    return "logits_to_keep" in inspect.signature(_base(model).forward).parameters
-
-
-def completion_logprobs(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    bf16_autocast: bool = False,
-    with_argmax: bool = False,
-) -> tuple[torch.Tensor, ...]:
-    """Per-token log-probs of each completion given its prompt (``tempered_logprobs``), one padded forward.
-
-    Layout: prompts left-padded to P = longest prompt, completions right-padded after column P, position ids
-    from the attention mask. Completion token j of every row is predicted by the logits at column P - 1 + j, so
-    the last T_c + 1 columns are all the LM head has to produce (``logits_to_keep``; models without it: slice).
-    Returns (logp, mask), both (B, T_c) with T_c = longest completion; mask is 1.0 on real completion tokens;
-    with_argmax, also the greedy token at each position (B, T_c). Gradients flow unless the caller wraps this in
-    torch.no_grad().
-    """
-    if len(prompts) != len(completions):
-        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
-    device = _device(model)
-    lp = [len(p) for p in prompts]
-    lc = [len(c) for c in completions]
-    if any(n == 0 for n in lp):
-        raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
-    b, width, t_c = len(prompts), max(lp), max(lc)
-    input_ids = torch.zeros((b, width + t_c), dtype=torch.long)
-    attn = torch.zeros((b, width + t_c), dtype=torch.long)
-    targets = torch.zeros((b, t_c), dtype=torch.long)
-    mask = torch.zeros((b, t_c))
-    for i, (p, c) in enumerate(zip(prompts, completions)):
-        input_ids[i, width - lp[i]: width] = torch.tensor(list(p), dtype=torch.long)
-        input_ids[i, width: width + lc[i]] = torch.tensor(list(c), dtype=torch.long)
-        attn[i, width - lp[i]: width + lc[i]] = 1
-        targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
-        mask[i, : lc[i]] = 1.0
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    input_ids, attn, pos, targets, mask = (x.to(device) for x in (input_ids, attn, pos, targets, mask))
-    kw = {"logits_to_keep": t_c + 1} if _keeps_logits(model) else {}
-    with _autocast(device, bf16_autocast):
-        logits = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False, **kw).logits
-    logits = logits[:, -(t_c + 1): -1]  # (B, T_c, V): column P - 1 + j predicts completion token j
-    logp = tempered_logprobs(logits, targets, temperature, top_p)
-    if with_argmax:
-        return logp * mask, mask, logits.detach().argmax(-1)
-    return logp * mask, mask
-
-
-@torch.no_grad()
-def batch_sequence_logprobs(
-    model: torch.nn.Module,
-    prompts: Sequence[Sequence[int]],
-    completions: Sequence[Sequence[int]],
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    bf16_autocast: bool = False,
-) -> list[list[float]]:
-    """Per-token log-probs of several completions (eval mode: dropout off)."""
-    was_training = model.training
-    model.eval()
-    try:
-        logp, _ = completion_logprobs(model, prompts, completions, temperature=temperature, top_p=top_p,
-                                      bf16_autocast=bf16_autocast)
-    finally:
-        model.train(was_training)
-    return [logp[i, : len(c)].tolist() for i, c in enumerate(completions)]
-
-
-def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int], completion_ids: Sequence[int],
-                      *, temperature: float = 1.0) -> list[float]:
-    """Per-token log-probs log pi(y_t | prompt, y_<t) of one completion under ``model``."""
-    if len(completion_ids) == 0:
-        return []
-    return batch_sequence_logprobs(model, [prompt_ids], [completion_ids], temperature=temperature)[0]
 
 
 def disable_dropout(model: torch.nn.Module) -> None:
@@ -451,7 +332,7 @@ class PolicyTrainer:
         return stats
 
     def optimize(self, plan: list[list[Any]], chunk_loss) -> tuple[dict[str, float], list[float]]:
-        """The one optimizer loop (PPO here, CoVRL in proposer/covrl_step.py): ``epochs`` passes over the
+        """The one optimizer loop (PPO here, CoVRL in proposer/training/covrl_step.py): ``epochs`` passes over the
         minibatches of ``plan``; a minibatch's chunks (micro-batches) accumulate gradients of
         ``chunk_loss(minibatch index, chunk index, chunk) -> (loss, sums)``, then one clipped AdamW step.
         Returns the summed ``sums`` and the gradient norms before clipping, one per update."""

@@ -1,5 +1,5 @@
 """CoVRL data and update: hybrid sampling of reasoning trajectories from a trainable backend, then one optimizer
-step of the CoVRL loss (``proposer/covrl.py``) on the trainer's model and AdamW (``PolicyTrainer``: the same
+step of the CoVRL loss (``proposer/training/covrl.py``) on the trainer's model and AdamW (``PolicyTrainer``: the same
 fp32 learner, micro-batches, persistence and policy versions as VPO/GRPO).
 
 Per trajectory, three forwards of the learner at the start of the step give the "old" log-probs: z under the
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .base import SamplingParams
-from .covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix, likelihood_target,
-                    posterior_prompt, prior_prompt, reasoning_end)
-from .training import PolicyTrainer, completion_logprobs
+from proposer.backends.base import SamplingParams
+from proposer.training.covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix,
+                                     likelihood_target, posterior_prompt, prior_prompt, reasoning_end)
+from proposer.backends.logprobs import completion_logprobs
+from proposer.training.trainer import PolicyTrainer
 
 
 @dataclass
@@ -181,7 +182,7 @@ class CoVRLUpdater:
                     new_lik, y_mask, sel, n_z[k], n_y[k], n_kl[k], cfg)
                 return loss, {"loss": float(loss.detach()) * n_z[k], **s}
 
-            sums, norms = tr.optimize(plan, chunk_loss)  # the trainer's own optimizer loop (proposer/training.py)
+            sums, norms = tr.optimize(plan, chunk_loss)  # the trainer's own optimizer loop (proposer/training/trainer.py)
             tok_z, tok_kl, tok_y = (tr.cfg.epochs * sum(n) for n in (n_z, n_kl, n_y))
             sums = {k: sums.get(k, 0.0) for k in ("loss", "pg_loss", "kl", "nll", "clip_frac", "mean_ratio")}
         finally:

@@ -49,7 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from evaluators.netaddr import is_loopback_host
-from proposer.base import CONCURRENT, AdapterState, Completion, SamplingParams
+from proposer.backends.base import CONCURRENT, AdapterState, Completion, SamplingParams
 from proposer.errors import BackendError
 
 RETRY_STATUS = frozenset({408, 409, 429})  # and every 5xx

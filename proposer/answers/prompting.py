@@ -3,7 +3,7 @@
 Two styles: ``compact`` (default; terse section headers so a ~10M-parameter model with a 1024-token context can
 see the whole thing -- it is trained on exactly this layout via ``completion_target``) and ``chat`` (fuller
 English for instruct LLMs). Both end with ``\\n<answer_1>`` (with ``reasoning=True``: ``\\n<reasoning>``, a
-short reasoning section closed by ``</reasoning>`` comes before the answers; ``proposer/parsing.py`` drops it)
+short reasoning section closed by ``</reasoning>`` comes before the answers; ``proposer/answers/parsing.py`` drops it)
 and no trailing newline: byte-level BPE merges a newline with the indentation after it, so a prompt ending in
 "\\n" ends on a token the model never saw there.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from problems.evolve_block import END, START, evolve_block
-from proposer.parsing import fence_code, format_answers
+from proposer.answers.parsing import fence_code, format_answers
 
 PASS = 1.0 - 1e-9  # a test passes when its score is (numerically) 1
 _LABEL_CHARS = 120

@@ -14,8 +14,8 @@ A row without MAGIC is a plain scalar reward: its sum becomes a 1 x 1 matrix, so
 scalar reward function. The packing needs ``algorithm.use_kl_in_reward=False`` (KL as a loss term, veRL's GRPO
 default): a KL penalty folded into the reward would change the packed numbers, and is refused.
 
-Registration: ``register_estimators()`` adds ``vevo_<name>`` for every estimator in ``proposer.estimators`` to veRL's
-``ADV_ESTIMATOR_REGISTRY``. ``proposer/verl_reward.py`` (the reward manager veRL loads by file path,
+Registration: ``register_estimators()`` adds ``vevo_<name>`` for every estimator in ``proposer.training.estimators`` to veRL's
+``ADV_ESTIMATOR_REGISTRY``. ``proposer/integrations/verl_reward.py`` (the reward manager veRL loads by file path,
 ``reward.reward_manager.source=importlib``) calls it when imported, so the estimators exist in the trainer process
 that computes advantages. This module imports no veRL at import time: its pure parts are tested without it.
 """
@@ -27,8 +27,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .estimators import EPS, ESTIMATORS
-from .rewards import eval_weights
+from proposer.training.estimators import EPS, ESTIMATORS
+from proposer.training.rewards import eval_weights
 
 MAGIC = -999.0  # first entry of a packed row: exact in float32, small enough that the row sum stays ~1e-4 exact
 HEADER = 3
@@ -103,7 +103,7 @@ def make_estimator(name: str) -> Callable[..., tuple[Any, Any]]:
         return out, out
 
     estimator.__name__ = f"vevo_{name}"
-    estimator.__doc__ = f"vevo's {name} estimator as a veRL advantage estimator (proposer/verl_plugin.py)."
+    estimator.__doc__ = f"vevo's {name} estimator as a veRL advantage estimator (proposer/integrations/verl_plugin.py)."
     return estimator
 
 
@@ -118,7 +118,7 @@ ESTIMATOR_FNS = {f"vevo_{name}": make_estimator(name) for name in ESTIMATORS}
 # ----------------------------------------------------------------------------------------------- reward
 class AnswerScorer:
     """(m x d) answer-by-test matrix of one multi-answer completion, scored as a campaign scores a batch
-    (proposer/scoring.py: parse, apply to the parent, dedupe, run the new programs in a warm sandbox pool, the
+    (proposer/answers/scoring.py: parse, apply to the parent, dedupe, run the new programs in a warm sandbox pool, the
     same sandbox as a campaign). Unparsable or inapplicable answers score 0 on every test."""
 
     def __init__(self, problems_dir: Iterable[str] = (), workers: int = 2, evaluator=None):
@@ -138,7 +138,7 @@ class AnswerScorer:
 
     def matrix(self, problem_id: str, parent_code: str, text: str, m: int, alias: str | None = None) -> np.ndarray:
         """``alias``: the function name the prompt showed (`export_rows`), answers are renamed back from it."""
-        from .scoring import score_completions
+        from proposer.answers.scoring import score_completions
 
         problem = self.registry.get(problem_id)
         return score_completions(problem, [text], m, self.evaluator, d=problem.n_tests, parent_code=parent_code,
@@ -155,7 +155,7 @@ def export_rows(problems: Iterable[Any], evaluator, m: int = 4, style: str = "co
     the one a campaign shows first (its seed program evaluated by ``evaluator``: real per-test results; ``alias``:
     the function name the model writes, as a campaign shows it to that model). The reward manager finds the
     problem again by id (``reward_model.ground_truth``) and scores the answers against the same parent."""
-    from .scoring import problem_labels, seed_prompt
+    from proposer.answers.scoring import problem_labels, seed_prompt
 
     problems = list(problems)
     seeds = evaluator.evaluate_many([(p, p.seed_code) for p in problems]) if problems else []

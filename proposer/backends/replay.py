@@ -11,7 +11,7 @@ import json
 import os
 from typing import Any
 
-from proposer.base import STATE, VERSIONED, Completion, SamplingParams
+from proposer.backends.base import STATE, VERSIONED, Completion, SamplingParams
 
 
 def _load(path: str) -> list[tuple[int, str]]:

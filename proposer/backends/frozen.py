@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from proposer.base import Backend, Completion, SamplingParams
+from proposer.backends.base import Backend, Completion, SamplingParams
 
 
 class FrozenAdapterView:

@@ -1,11 +1,11 @@
 """The ``hf`` backend: a transformers causal LM from a local folder, sampled with our own batched decode loop.
 
 Why a hand-written loop instead of ``model.generate``: we need, per generated token, the behaviour log-prob under
-the distribution actually sampled from (what ``proposer.training.completion_logprobs`` computes for PPO), a
+the distribution actually sampled from (what ``proposer.backends.logprobs.completion_logprobs`` computes for PPO), a
 per-call ``torch.Generator`` so the same seed gives the same completions without touching the global RNG, and
 the same code path for a plain model and a PEFT-wrapped one. The loop is the textbook one: left-padded batch,
 position ids from the attention mask, one prefill forward, then one token per step through the KV cache;
-the recorded log-prob is ``training.tempered_logprobs``: log_softmax(logits / T) in fp32, renormalised over the
+the recorded log-prob is ``logprobs.tempered_logprobs``: log_softmax(logits / T) in fp32, renormalised over the
 top-p nucleus when top_p < 1 (greedy, T = 0: the T = 1 log-prob). On CUDA a bf16 backend whose weights a
 trainer made fp32 decodes under bf16 autocast, as the trainer computes.
 
@@ -22,7 +22,7 @@ Decisions:
   ``<answer_1>`` is moved into a pre-filled assistant turn (``continue_final_message``) so the completion
   continues the answer exactly as with the plain prompt. The tiny model uses the plain prompt.
 * Temperature 0 is greedy. Seeded sampling is reproducible on CPU for the same prompts, n and batch_size.
-* ``rescore=True`` recomputes the log-probs with ``training.batch_sequence_logprobs`` after generation (one
+* ``rescore=True`` recomputes the log-probs with ``logprobs.batch_sequence_logprobs`` after generation (one
   extra forward). By default the decode-loop log-probs are used; they agree with it to ~1e-6 in fp32 (bf16 on
   GPU: ~1e-2). Either way the trainer recomputes pi_old itself and uses these only for its IS weight.
 * CPU threads: ``threads`` (default min(2, cores)) sets torch's intra-op threads, and the module sets
@@ -49,9 +49,9 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from proposer.base import TRAINABLE, AdapterState, Completion, SamplingParams
-from proposer.templating import encode_prompt, resolve_chat
-from proposer.training import tempered_logprobs
+from proposer.backends.base import TRAINABLE, AdapterState, Completion, SamplingParams
+from proposer.backends.templating import encode_prompt, resolve_chat
+from proposer.backends.logprobs import tempered_logprobs
 from proposer.errors import BackendError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
@@ -303,7 +303,7 @@ class HFBackend(AdapterState):
                 for key, r in zip(chunk, res):
                     results[key] = r
             if self.rescore and rows:
-                from proposer.training import batch_sequence_logprobs
+                from proposer.backends.logprobs import batch_sequence_logprobs
 
                 keys = [k for k in rows if results[k][0]]
                 for c in range(0, len(keys), self.batch_size):

@@ -6,7 +6,7 @@
 
 Every user goes this one way: campaigns (evolve/campaign.py calls the stages, with its pipelined evaluation and
 the second dedupe of in-flight batches between `evaluate` and `answer_vectors`), `vevo train` / `vevo eval` and
-the learning probes (`score_completions`), the veRL reward and problem export (proposer/verl_plugin.py) and the
+the learning probes (`score_completions`), the veRL reward and problem export (proposer/integrations/verl_plugin.py) and the
 tiny model's quality check (proposer/tiny/quality.py). So a model trained anywhere is shown the prompts a
 campaign shows it, and its answers are scored as a campaign scores them:
 
@@ -30,10 +30,10 @@ import numpy as np
 
 from evaluators.types import Evaluation
 from problems.model import Problem
-from proposer import feedback, naming
-from proposer.mutate import MutationError, apply_answer, normalized_hash
-from proposer.parsing import parse_answers
-from proposer.prompting import PromptContext, build_prompt
+from proposer.answers import feedback, naming
+from proposer.answers.mutate import MutationError, apply_answer, normalized_hash
+from proposer.answers.parsing import parse_answers
+from proposer.answers.prompting import PromptContext, build_prompt
 
 STDERR_CHARS = 400  # of a failed parent's stderr, shown in its prompt
 

@@ -4,12 +4,12 @@ Specs::
 
     tiny            the bundled tiny proposer (proposer/tiny/checkpoint) through HFBackend
     hf:PATH         a local transformers model folder (HFBackend; PEFT adapters via load_adapter)
-    vllm:PATH       a local model through the vLLM offline engine (proposer.vllm_backend.VLLMBackend(PATH, **kw))
-    openai:URL      any OpenAI-compatible server (proposer.openai_backend.OpenAIBackend(URL, **kw))
-    openai:U1,U2    replicas of one model, requests spread, failover (proposer.replicas.ReplicatedBackend)
+    vllm:PATH       a local model through the vLLM offline engine (proposer.backends.vllm.VLLMBackend(PATH, **kw))
+    openai:URL      any OpenAI-compatible server (proposer.backends.openai.OpenAIBackend(URL, **kw))
+    openai:U1,U2    replicas of one model, requests spread, failover (proposer.backends.replicas.ReplicatedBackend)
     vllm-ray:PATH   vLLM engines of a local model started as Ray actors, behind the same ReplicatedBackend
-                    (proposer.ray_replicas.RayVLLMBackend(PATH, replicas=N, tensor_parallel_size=..., ...))
-    replay:FILE     recorded completions, JSONL (proposer.replay.ReplayBackend)
+                    (proposer.backends.ray_replicas.RayVLLMBackend(PATH, replicas=N, tensor_parallel_size=..., ...))
+    replay:FILE     recorded completions, JSONL (proposer.backends.replay.ReplayBackend)
 
 Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
 dropped for replay). Heavy modules (torch, transformers, vllm, an HTTP client) are
@@ -21,11 +21,11 @@ import importlib
 from pathlib import Path
 from typing import Any, Callable
 
-from proposer.base import Backend
+from proposer.backends.base import Backend
 from proposer.errors import BackendError
 
-TINY_CHECKPOINT = Path(__file__).resolve().parent / "tiny" / "checkpoint"
-TINY_ENTRY_NAME = "f"  # the only function name in the tiny model's pretraining corpus (proposer/naming.py)
+TINY_CHECKPOINT = Path(__file__).resolve().parent.parent / "tiny" / "checkpoint"
+TINY_ENTRY_NAME = "f"  # the only function name in the tiny model's pretraining corpus (proposer/answers/naming.py)
 PRETRAIN_RECORD = "pretrain.json"  # written by `vevo pretrain`: a model that learnt the tiny corpus
 
 
@@ -47,7 +47,7 @@ def _tiny(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not (TINY_CHECKPOINT / "config.json").is_file():
         raise BackendError(f"proposer 'tiny': no checkpoint at {TINY_CHECKPOINT} (rebuild it with "
                            f"python -m proposer.tiny.pretrain --out {TINY_CHECKPOINT})")
-    from proposer.hf import HFBackend
+    from proposer.backends.hf import HFBackend
 
     kw.setdefault("name", "tiny")
     backend = HFBackend(TINY_CHECKPOINT, **kw)
@@ -58,7 +58,7 @@ def _tiny(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 def _hf(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not Path(arg).expanduser().is_dir():
         raise BackendError(f"proposer {spec!r}: model folder {arg} not found")
-    from proposer.hf import HFBackend
+    from proposer.backends.hf import HFBackend
 
     backend = HFBackend(Path(arg).expanduser(), **kw)
     if (Path(arg).expanduser() / PRETRAIN_RECORD).is_file():  # `vevo pretrain` output, or `vevo train` of it
@@ -70,7 +70,7 @@ def _replay(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     path = Path(arg).expanduser()
     if not path.is_file():
         raise BackendError(f"proposer {spec!r}: replay file {arg} not found")
-    from proposer.replay import ReplayBackend
+    from proposer.backends.replay import ReplayBackend
 
     kw.pop("seed", None)  # replay is deterministic by construction
     try:
@@ -82,27 +82,27 @@ def _replay(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 def _vllm(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not Path(arg).expanduser().exists():
         raise BackendError(f"proposer {spec!r}: model path {arg} not found")
-    return _optional("proposer.vllm_backend", "VLLMBackend", spec, str(Path(arg).expanduser()), kw)
+    return _optional("proposer.backends.vllm", "VLLMBackend", spec, str(Path(arg).expanduser()), kw)
 
 
 def _vllm_ray(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
     if not Path(arg).expanduser().exists():
         raise BackendError(f"proposer {spec!r}: model path {arg} not found")
-    return _optional("proposer.ray_replicas", "RayVLLMBackend", spec, str(Path(arg).expanduser()), kw)
+    return _optional("proposer.backends.ray_replicas", "RayVLLMBackend", spec, str(Path(arg).expanduser()), kw)
 
 
 def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
-    if "," in arg:  # replicas of one model: openai:URL1,URL2,... (proposer/replicas.py)
-        from proposer.replicas import ReplicatedBackend
+    if "," in arg:  # replicas of one model: openai:URL1,URL2,... (proposer/backends/replicas.py)
+        from proposer.backends.replicas import ReplicatedBackend
 
         kw.setdefault("max_retries", 2)  # a dead replica is left sooner: another one takes the request
-        return ReplicatedBackend([_optional("proposer.openai_backend", "OpenAIBackend", spec, url.strip(), dict(kw))
+        return ReplicatedBackend([_optional("proposer.backends.openai", "OpenAIBackend", spec, url.strip(), dict(kw))
                                   for url in arg.split(",") if url.strip()])
-    return _optional("proposer.openai_backend", "OpenAIBackend", spec, arg, kw)
+    return _optional("proposer.backends.openai", "OpenAIBackend", spec, arg, kw)
 
 
 # spec prefix -> factory(arg, spec, kwargs). To add a backend: write a class with generate/close and a
-# ``capabilities`` set (proposer/base.py), a factory like those above, and register it here or with
+# ``capabilities`` set (proposer/backends/base.py), a factory like those above, and register it here or with
 # ``register_backend``. "tiny" is the one spec without an argument.
 BACKENDS: dict[str, Callable[[str, str, dict[str, Any]], Backend]] = {
     "tiny": _tiny, "hf": _hf, "vllm": _vllm, "vllm-ray": _vllm_ray, "openai": _openai, "replay": _replay,

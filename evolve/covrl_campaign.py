@@ -1,7 +1,7 @@
 """CoVRL inside a campaign: which training steps are CoVRL steps, and one step's data from the archive.
 
 A CoVRL step takes the replay buffer's groups (``CampaignTrainer._groups``), finds each group's reference in the
-archive (``proposer/references.py``: the best later descendant of the group's parent, or the problem's best
+archive (``proposer/training/references.py``: the best later descendant of the group's parent, or the problem's best
 solved program), skips groups without one (counted in ``references_missing``), samples ``group`` trajectories
 per remaining prompt by hybrid sampling from the learner (seeded by (seed, iteration), so a resumed run draws
 the same ones), and takes one ``CoVRLUpdater`` step. The references used are recorded in the step's training
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .covrl import CoVRLConfig
-from .covrl_step import CoVRLUpdater, sample_trajectories
-from .references import reference_for
+from proposer.training.covrl import CoVRLConfig
+from proposer.training.covrl_step import CoVRLUpdater, sample_trajectories
+from proposer.training.references import reference_for
 
 
 def covrl_config(cfg) -> CoVRLConfig:

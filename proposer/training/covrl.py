@@ -1,6 +1,6 @@
 """CoVRL: verifier-free variational updates of the proposer (Wen et al. 2025, "Coupled Variational Reinforcement
 Learning for Language Model General Reasoning", arXiv:2512.12576). Pure functions: templates, the estimators
-and the loss; sampling and the optimizer step are in ``proposer/covrl_step.py``.
+and the loss; sampling and the optimizer step are in ``proposer/training/covrl_step.py``.
 
 One model plays three roles, told apart only by the prompt (templates below):
 
@@ -79,14 +79,14 @@ def prior_prompt(prompt: str) -> str:
 
 def posterior_prompt(prompt: str, reference: str) -> str:
     """q(z | x, y): the reference answer placed before the reasoning."""
-    from proposer.parsing import fence_code
+    from proposer.answers.parsing import fence_code
 
     return prompt_head(prompt) + REFERENCE_HEAD + fence_code(reference) + "\n" + REASON_OPEN
 
 
 def likelihood_target(reference: str) -> str:
     """y as the text after ``<answer_1>``: the reference as answer 1, fence and closing tag included."""
-    from proposer.parsing import fence_code
+    from proposer.answers.parsing import fence_code
 
     return "\n" + fence_code(reference) + "\n</answer_1>"
 

@@ -2,11 +2,11 @@
 
     reward.reward_manager.source=importlib
     reward.reward_manager.name=VevoRewardManager
-    reward.reward_manager.module.path=<vevo>/proposer/verl_reward.py
+    reward.reward_manager.module.path=<vevo>/proposer/integrations/verl_reward.py
 
 Each reward-loop worker scores one response: its answers run in a warm sandbox pool on that worker's node, and
 the (m x d) answer matrix comes back as the sample's score; ``assemble_rm_scores`` (in the trainer process) packs
-each matrix into the response's reward row for the ``vevo_*`` advantage estimators (proposer/verl_plugin.py).
+each matrix into the response's reward row for the ``vevo_*`` advantage estimators (proposer/integrations/verl_plugin.py).
 Importing this file registers those estimators in the importing process.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 from verl import DataProto
 from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
 
-from proposer.verl_plugin import AnswerScorer, comparable_score, pack_row, register_estimators
+from proposer.integrations.verl_plugin import AnswerScorer, comparable_score, pack_row, register_estimators
 
 register_estimators()
 

@@ -1,14 +1,14 @@
 """The training algorithms a run may name (`train.algo`, `--train`, `vevo train --algo`): every advantage
-estimator in `proposer.estimators.ESTIMATORS` (a PPO step on archive groups), plus the algorithms whose step is
+estimator in `proposer.training.estimators.ESTIMATORS` (a PPO step on archive groups), plus the algorithms whose step is
 not an advantage estimate. To add one of the latter: its step in its own module, its name here, and its dispatch
 in `evolve/campaign_training.py` (and `evolve/study.py` for standalone training)."""
 from __future__ import annotations
 
-from .estimators import ESTIMATORS
+from proposer.training.estimators import ESTIMATORS
 
-# name -> what a step does; CoVRL is verifier-free (proposer/covrl.py), so it is not a vector-reward estimator
+# name -> what a step does; CoVRL is verifier-free (proposer/training/covrl.py), so it is not a vector-reward estimator
 STEP_ALGORITHMS: dict[str, str] = {
-    "covrl": "CoVRL steps toward archive references (proposer/covrl.py)",
+    "covrl": "CoVRL steps toward archive references (proposer/training/covrl.py)",
     "vpo+covrl": "VPO and CoVRL steps, CoVRL on a train.covrl_share of them",
 }
 STANDALONE = ("covrl",)  # those `vevo train` can run without a campaign

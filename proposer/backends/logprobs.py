@@ -1,0 +1,131 @@
+"""Per-token log-probs of completions under a transformers causal LM, of the distribution a sampler draws from:
+log_softmax(logits / T), renormalised over the top-p nucleus when top_p < 1 (``tempered_logprobs``). One
+definition for both sides of a policy update: the hf backend records them while sampling (``HFBackend``,
+``rescore``) and the trainer recomputes them for the proximal and the trained policy
+(``proposer/training/trainer.py``), so a fresh sample's first importance ratio is exactly 1."""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def base_model(model: Any) -> Any:
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _autocast(device: torch.device, enabled: bool):
+    if enabled and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                      top_p: float = 1.0) -> torch.Tensor:
+    """log p(target) under the distribution a sampler draws from: softmax(logits / T) (T <= 0, greedy: T = 1),
+    restricted to the top-p nucleus and renormalised when top_p < 1. The nucleus is the smallest set of most
+    likely tokens whose mass reaches top_p (the first token always in); the target is always kept in it, so a
+    token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) -> (...)."""
+    z = logits.float()
+    if temperature > 0 and temperature != 1.0:
+        z = z / temperature
+    logp = F.log_softmax(z, dim=-1)
+    if top_p < 1.0:
+        with torch.no_grad():
+            sorted_p, idx = logp.exp().sort(dim=-1, descending=True)
+            keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
+            keep = torch.zeros_like(keep_sorted).scatter_(-1, idx, keep_sorted)
+            keep.scatter_(-1, targets[..., None], True)
+        logp = logp.masked_fill(~keep, float("-inf"))
+        logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
+    return logp.gather(-1, targets[..., None]).squeeze(-1)
+
+
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    return "logits_to_keep" in inspect.signature(base_model(model).forward).parameters
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    bf16_autocast: bool = False,
+    with_argmax: bool = False,
+) -> tuple[torch.Tensor, ...]:
+    """Per-token log-probs of each completion given its prompt (``tempered_logprobs``), one padded forward.
+
+    Layout: prompts left-padded to P = longest prompt, completions right-padded after column P, position ids
+    from the attention mask. Completion token j of every row is predicted by the logits at column P - 1 + j, so
+    the last T_c + 1 columns are all the LM head has to produce (``logits_to_keep``; models without it: slice).
+    Returns (logp, mask), both (B, T_c) with T_c = longest completion; mask is 1.0 on real completion tokens;
+    with_argmax, also the greedy token at each position (B, T_c). Gradients flow unless the caller wraps this in
+    torch.no_grad().
+    """
+    if len(prompts) != len(completions):
+        raise ValueError(f"{len(prompts)} prompts but {len(completions)} completions")
+    device = model_device(model)
+    lp = [len(p) for p in prompts]
+    lc = [len(c) for c in completions]
+    if any(n == 0 for n in lp):
+        raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
+    b, width, t_c = len(prompts), max(lp), max(lc)
+    input_ids = torch.zeros((b, width + t_c), dtype=torch.long)
+    attn = torch.zeros((b, width + t_c), dtype=torch.long)
+    targets = torch.zeros((b, t_c), dtype=torch.long)
+    mask = torch.zeros((b, t_c))
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        input_ids[i, width - lp[i]: width] = torch.tensor(list(p), dtype=torch.long)
+        input_ids[i, width: width + lc[i]] = torch.tensor(list(c), dtype=torch.long)
+        attn[i, width - lp[i]: width + lc[i]] = 1
+        targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
+        mask[i, : lc[i]] = 1.0
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    input_ids, attn, pos, targets, mask = (x.to(device) for x in (input_ids, attn, pos, targets, mask))
+    kw = {"logits_to_keep": t_c + 1} if _keeps_logits(model) else {}
+    with _autocast(device, bf16_autocast):
+        logits = model(input_ids=input_ids, attention_mask=attn, position_ids=pos, use_cache=False, **kw).logits
+    logits = logits[:, -(t_c + 1): -1]  # (B, T_c, V): column P - 1 + j predicts completion token j
+    logp = tempered_logprobs(logits, targets, temperature, top_p)
+    if with_argmax:
+        return logp * mask, mask, logits.detach().argmax(-1)
+    return logp * mask, mask
+
+
+@torch.no_grad()
+def batch_sequence_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    bf16_autocast: bool = False,
+) -> list[list[float]]:
+    """Per-token log-probs of several completions (eval mode: dropout off)."""
+    was_training = model.training
+    model.eval()
+    try:
+        logp, _ = completion_logprobs(model, prompts, completions, temperature=temperature, top_p=top_p,
+                                      bf16_autocast=bf16_autocast)
+    finally:
+        model.train(was_training)
+    return [logp[i, : len(c)].tolist() for i, c in enumerate(completions)]
+
+
+def sequence_logprobs(model: torch.nn.Module, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                      *, temperature: float = 1.0) -> list[float]:
+    """Per-token log-probs log pi(y_t | prompt, y_<t) of one completion under ``model``."""
+    if len(completion_ids) == 0:
+        return []
+    return batch_sequence_logprobs(model, [prompt_ids], [completion_ids], temperature=temperature)[0]

@@ -53,7 +53,7 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int) -> None:
             ms = a.metrics_rows()
         if ms and max(m.iteration for m in ms) >= iterations - 1:
             return
-        args = ["resume", str(run_dir)]
+        args = ["resume", str(run_dir), "--iterations", str(iterations)]  # unfinished, or a raised budget
     else:
         args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
                 "--seed", str(seed), "--train", arm, "--out", str(run_dir)]
@@ -109,7 +109,7 @@ def probe_slope(learn: list[dict]) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--iterations", type=int, default=60)
+    ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs-dir", default="runs/search_study")
     ap.add_argument("--out", default="docs/results")
@@ -185,7 +185,7 @@ def main() -> None:
             "### Differences (paired by seed)\n\n" + "\n".join(lines) + "\n\n### Compute (mean per run)\n\n" +
             "\n".join(acc_lines) + "\n\n### Learning: fixed probes (evolve/probe.py)\n\n" + "\n".join(slope_lines) +
             "\n\n### Per seed\n\n| seed | " + " | ".join(f"{a} best_auc | {a} solved | {a} wall s" for a in ARMS) +
-            " |\n|---" * (1 + 3 * len(ARMS)) + "|\n" +
+            " |\n" + "|---" * (1 + 3 * len(ARMS)) + "|\n" +
             "\n".join(f"| {s} | " + " | ".join(f"{res[a][s]['best_auc']:.4f} | {res[a][s]['solved']:.0f} | "
                                                f"{res[a][s]['account']['wall_seconds']:.0f}" for a in ARMS) + " |"
                       for s in seeds) + "\n")

@@ -21,6 +21,18 @@ def pool():
     p.close()
 
 
+@pytest.fixture(scope="module")
+def lo():
+    """bench/loop_overhead.py as a module (its synthetic archive and resume), for the tests that check it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_loop_overhead",
+                                                  Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def processes_of_uid(uid: int) -> list[int]:
     out = []
     for d in os.listdir("/proc"):

@@ -2,20 +2,9 @@
 timings. ~300 programs with the instant backend and the trivial evaluator, both pipeline depths."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py"
-
-
-@pytest.fixture(scope="module")
-def lo():
-    spec = importlib.util.spec_from_file_location("bench_loop_overhead", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("depth", [0, 1])

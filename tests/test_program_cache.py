@@ -2,8 +2,6 @@
 campaigns (in-process backend and evaluator, real SQLite archive)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,15 +15,6 @@ from evolve.islands import Island
 from evolve.program_cache import HashIndex, MemberCache, load_member, member_of
 from proposer.answers.mutate import normalized_hash
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py"
-
-
-@pytest.fixture(scope="module")
-def lo():
-    spec = importlib.util.spec_from_file_location("bench_loop_overhead", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _repeating_backend(lo):

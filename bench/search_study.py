@@ -86,15 +86,19 @@ def measure(run_dir: Path, iterations: int) -> dict:
             "account": account(metrics, training), "learning": learning(training)}
 
 
-def at_wall(m: dict, horizon: float) -> tuple[float, float]:
+def wall_curve(m: dict) -> tuple[np.ndarray, np.ndarray]:
     """best@time: the iteration curve put on the run's own clock (the value after iteration i holds from the
-    wall second iteration i was committed)."""
+    wall second iteration i was committed); (seconds, best)."""
     xs, best, _ = (np.asarray(v, float) for v in m["curve"])
     it, wall = (np.asarray(v, float) for v in m["clock"])
     t_of = dict(zip(it.tolist(), wall.tolist()))
     keep = [i for i, x in enumerate(xs) if x in t_of or x == 0]
-    ts = np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep])
-    return _area(ts, best[keep], horizon, max(horizon / 500, 1e-3))
+    return np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep]), best[keep]
+
+
+def at_wall(m: dict, horizon: float) -> tuple[float, float]:
+    """(area under best@time over [0, horizon], its value at horizon)."""
+    return _area(*wall_curve(m), horizon, max(horizon / 500, 1e-3))
 
 
 def probe_slope(learn: list[dict]) -> float | None:
@@ -223,12 +227,7 @@ def plot(res, seeds, iterations: int, out: Path) -> None:
         tg = np.linspace(0, horizon, 200)
         wy = []
         for s in seeds:
-            xs, best, _ = (np.asarray(v, float) for v in res[a][s]["curve"])
-            it, wall = (np.asarray(v, float) for v in res[a][s]["clock"])
-            t_of = dict(zip(it.tolist(), wall.tolist()))
-            keep = [i for i, x in enumerate(xs) if x in t_of or x == 0]
-            ts = np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep])
-            wy.append(_step_at(ts, best[keep], tg, past_end=None))
+            wy.append(_step_at(*wall_curve(res[a][s]), tg, past_end=None))
         wy = np.array(wy)
         axes[1].plot(tg, wy.mean(0), label=a)
         if a != "none":

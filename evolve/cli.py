@@ -545,7 +545,7 @@ def _study_setup(args, rep):
 
 # `vevo train` flags that name a run-config key (the rest of the train section: its generated --train-* flags)
 TRAIN_FLAG_KEYS = {"algo": "train", "batch": "train_batch", "lr": "train_lr", "probe_every": "train_probe_every",
-                   "group": "group", "answers": "answers", "seed": "seed", "max_tokens": "max_tokens"}
+                   "group": "train_group", "answers": "answers", "seed": "seed", "max_tokens": "max_tokens"}
 TRAIN_ONLY_IN_CAMPAIGNS = ("train_every", "train_replay_older", "train_covrl_share")  # no campaign, no schedule
 
 
@@ -841,7 +841,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                 d = CampaignConfig()
             shown = (lambda v: f" (default: the config's, {v})" if d is not None else "")  # noqa: E731
             p.add_argument("--group", type=int, default=None,
-                           help="G completions per prompt" + shown(d and d.group))
+                           help="G completions per prompt: train.group" + shown(d and (d.train.group or d.group)))
             p.add_argument("--batch", type=int, default=None,
                            help="problems per step: train.batch" + shown(d and d.train.batch))
             p.add_argument("--lr", type=float, default=None,

@@ -120,6 +120,14 @@ def test_cross_field_validation():
     with pytest.raises(ConfigError, match="'group'"):
         load_config(None, {"train": "vpo", "group": 1})
     assert load_config(None, {"train": "vpo", "group": 2}).train.algo == "vpo"
+    with pytest.raises(ConfigError, match="'train.group'"):
+        load_config(None, {"train": "vpo", "train_group": 1})
+
+
+def test_trained_group_is_train_group_only_while_training():
+    assert load_config(None, {"train": "vpo", "group": 2, "train_group": 8}).trained_group == 8
+    assert load_config(None, {"train": "none", "group": 2, "train_group": 8}).trained_group == 2
+    assert load_config(None, {"train": "vpo", "group": 3, "train_group": None}).trained_group == 3
 
 
 def test_require_problems(tmp_path):

@@ -20,7 +20,7 @@ from evaluators.pool import SandboxPool
 from problems.registry import load_folder
 from tests.openevolve_helpers import comparable, examples_dir, openevolve_metrics
 
-PROBES = Path(__file__).parent / "data" / "oe_probes"
+PROBES = Path(__file__).resolve().parents[1] / "data" / "oe_probes"
 TIMES = re.compile(r".*time.*")  # wall-clock metrics differ run to run; everything else must be equal
 SEEDED = "import random as _r, numpy as _np\n_r.seed(0)\n_np.random.seed(0)\n"
 

@@ -4,12 +4,15 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 
 from evaluators.pool import SandboxPool
 from evaluators.scoring import build_job, score
 from problems.model import AssertCase, CallCase, Problem, StdioCase
 from tests.conftest import processes_of_uid
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ADD = Problem(id="t/add", seed_code="", entry_point="add", time_limit=1.5, memory_limit_mb=512,
               tests=[CallCase((1, 2), 3), CallCase((20, 22), 42), CallCase((-1, 1), 0)])
@@ -422,7 +425,7 @@ def test_problem_folders_datasets_and_the_checkout_are_not_in_the_candidates_roo
     prob_dir.mkdir()
     (prob_dir / "problem.toml").write_text('expected = "MARKER-EXPECTED-42"\n')
     tmp_path.chmod(0o755)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = str(ROOT)
     from evaluators.jail import python_paths
 
     # /tmp holds the box, and the way down to the interpreter when it lives under /tmp (a clone's .venv there)
@@ -582,8 +585,8 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
     assert sandbox_processes() == []
     script = tmp_path / "orch.py"
     script.write_text(
-        "import sys\nsys.path.insert(0, %r)\n" % os.path.dirname(os.path.dirname(os.path.abspath(__file__))) +
-        "from evaluators.pool import SandboxPool\nfrom tests.test_sandbox import ADD\n"
+        "import sys\nsys.path.insert(0, %r)\n" % str(ROOT) +
+        "from evaluators.pool import SandboxPool\nfrom tests.evaluators.test_sandbox import ADD\n"
         "code = ('import os, time, subprocess, sys\\n'\n"
         "        'if os.fork() == 0:\\n    os.setsid()\\n    time.sleep(600)\\n'\n"
         "        'subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(600)\"], start_new_session=True)\\n'\n"

@@ -16,7 +16,7 @@ from evaluators.types import Evaluation
 from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord, code_hash
 from proposer.backends.base import Completion, SamplingParams
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def ev(vector, solved=None, status=None):

@@ -39,7 +39,7 @@ def test_missing_vllm_is_one_line_backend_error(tmp_path):
 def artifacts(tmp_path_factory):
     """Tiny model + two different LoRA adapters (and the HF models to check against)."""
     pytest.importorskip("vllm")
-    from tests.test_openai_backend import build_tiny_llama, make_lora_adapter
+    from tests.proposer.test_openai_backend import build_tiny_llama, make_lora_adapter
 
     root = tmp_path_factory.mktemp("vllm_tiny")
     model = build_tiny_llama(root / "model")

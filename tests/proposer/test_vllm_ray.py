@@ -134,8 +134,8 @@ def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_p
 
 
 def test_lora_published_to_every_actor_and_to_a_restarted_one(cluster, tmp_path):
-    from tests.test_openai_backend import build_tiny_llama, make_lora_adapter
-    from tests.test_vllm_backend import ATOL, _max_err
+    from tests.proposer.test_openai_backend import build_tiny_llama, make_lora_adapter
+    from tests.proposer.test_vllm_backend import ATOL, _max_err
 
     import torch
     from peft import PeftModel

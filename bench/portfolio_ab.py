@@ -34,24 +34,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 MEMBERS = ("policy", "base")
 
 
-def t95(n: int) -> float:
-    """Two-sided 95% Student t quantile for n - 1 degrees of freedom."""
-    try:
-        from scipy.stats import t
-
-        return float(t.ppf(0.975, n - 1))
-    except ImportError:  # pragma: no cover - scipy is a dependency of the dev extra
-        table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-        return table.get(n - 1, 1.96)
-
-
 def paired(diffs: list[float]) -> dict:
+    from evolve.stats import t95
+
     n = len(diffs)
     mean = sum(diffs) / n if n else float("nan")
     if n < 2:
         return {"n": n, "mean": mean, "ci95": float("nan")}
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return {"n": n, "mean": mean, "ci95": t95(n) * sd / math.sqrt(n)}
+    return {"n": n, "mean": mean, "ci95": t95(n - 1) * sd / math.sqrt(n)}
 
 
 def config(args, seed: int) -> dict:

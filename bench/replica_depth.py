@@ -3,7 +3,7 @@ measured in one run, ratios to (1 replica, depth 1).
 
     .venv/bin/python bench/replica_depth.py [--iterations 24] [--repeats 3] [--delay 0.25]
 
-The servers are the test suite's OpenAI-compatible server on 127.0.0.1 (tests/test_openai_backend.py) sampling
+The servers are the test suite's OpenAI-compatible server on 127.0.0.1 (tests/openai_helpers.py) sampling
 the bundled tiny proposer with transformers. Each server answers one request at a time and each request takes
 ``--delay`` seconds more: a saturated GPU server, one per replica (on this 2-core machine the tiny model's own
 compute is shared by both servers, so it cannot stand for separate hardware; ``--max-tokens`` keeps it small).
@@ -29,7 +29,7 @@ from evolve.archive import Archive  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
-from tests.test_openai_backend import MODEL_NAME, Server, TinyLM  # noqa: E402
+from tests.openai_helpers import MODEL_NAME, Server, TinyLM  # noqa: E402
 
 
 class SerialLM(TinyLM):

@@ -5,7 +5,8 @@ server time (the route's work, cold and warm) and payload size.
 Each iteration is one group of G=2 completions with m=4 answers: mostly fresh programs (a parent from the same
 island, a per-test vector drawn around the parent's), some malformed answers (format_error rows) and some
 duplicates (no row), a training step every 50 iterations with the policy version bumped. Timings are printed,
-never asserted (tests/test_ui_scale.py checks the bounded payloads on a smaller archive).
+never asserted (tests/evolve/test_ui.py::test_pages_stay_bounded_on_a_large_archive checks the bounded
+payloads on a smaller archive).
 
     .venv/bin/python bench/ui_scale.py                    # 100k programs, 50 problems (~1-2 min to build)
     .venv/bin/python bench/ui_scale.py --programs 20000 --keep /tmp/scale-run

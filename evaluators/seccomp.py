@@ -3,7 +3,8 @@
 A classic BPF program built here, not libseccomp: it is a few dozen instructions, built once per worker (a ctypes
 buffer every forked candidate inherits), so each candidate pays two ``prctl`` calls to load it and nothing to
 compile it, and the sandbox needs no shared library that a container may lack. The syscall numbers are the kernel's
-(x86_64 and aarch64; ``tests/test_sandbox_user.py`` checks them against libseccomp's table where it is installed).
+(x86_64 and aarch64; ``tests/evaluators/test_sandbox_user.py`` checks them against libseccomp's table where it is
+installed).
 Another architecture gets no filter, and the sandbox report says so.
 
 Denied: tracing and reading other processes (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), the kernel's

@@ -25,6 +25,8 @@ import numpy as np
 
 from problems.errors import VevoError
 
+from .stats import t95
+
 SEED_DIR = re.compile(r"seed-(\d+)")
 METRICS = {"solved": "problems solved at the end", "solved_auc": "mean problems solved over iterations 0..T",
            "best": "mean best score at the end"}
@@ -122,19 +124,6 @@ def run_metrics(run_dir: str | Path) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------------ statistics
-
-def t95(df: float) -> float:
-    """Two-sided 95% Student t quantile t_{0.975, df}: the table for df <= 30 (a fractional df, as Welch's, is
-    rounded down: wider, never narrower), then the Cornish–Fisher expansion (within 1e-3 of the exact value)."""
-    from .curves import _T95
-
-    if not df >= 1:
-        return math.nan
-    if df <= len(_T95):
-        return _T95[int(math.floor(df)) - 1]
-    z = 1.959964
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
 
 @dataclass(frozen=True)
 class Difference:

@@ -69,8 +69,7 @@ class Outcome:
     batch: Batch
     answers: list[list[str]]                 # per completion, m answer bodies
     answer_vectors: list[list[list[float]]]  # per completion, m vectors
-    programs: list[ProgramRecord]
-    hashes: list[str | None]                 # ast hash per program record (None for format errors)
+    programs: list[ProgramRecord]            # fresh candidates (with their ast_hash), then format errors (None)
     n_candidates: int
     n_dup: int
     n_format_error: int
@@ -347,34 +346,31 @@ class Campaign:
             tri, keep = settle(tri, pop.known[batch.problem])
             evs = [evs[i] for i in keep]
         parent = pop.cache[batch.parent_id]
-        programs, hashes = self._records(batch, tri, evs, parent.vector.size)
+        programs = self._records(batch, tri, evs, parent.vector.size)
         if parent.names is not None:  # named metrics: every answer on the same columns
             vectors = named_answer_vectors(parent, tri.slots, evs, pop.cache)
         else:
             vectors = answer_vectors(tri.slots, evs, lambda pid: pop.cache[pid].vector, parent.vector.size)
-        return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs, hashes=hashes,
+        return Outcome(batch=batch, answers=tri.answers, answer_vectors=vectors, programs=programs,
                        n_candidates=len(tri.fresh), n_dup=tri.n_dup, n_format_error=len(tri.format_errors),
                        eval_seconds=s.seconds, n_in_flight_dup=n_first - len(tri.fresh))
 
     def _records(self, batch: Batch, tri: Triage, evs: list[Evaluation],
-                 d: int) -> tuple[list[ProgramRecord], list[str | None]]:
+                 d: int) -> list[ProgramRecord]:
         """One program record per fresh candidate (with its evaluation), then one per format error."""
         programs: list[ProgramRecord] = []
-        hashes: list[str | None] = []
         for c, ev in zip(tri.fresh, evs):
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island, code=c.code, evaluation=ev,
                                           parent_ids=[batch.parent_id] + batch.inspiration_ids,
                                           completion=(0, c.completion), answer_index=c.answer,
                                           staleness=batch.staleness, ast_hash=c.ast_hash))
-            hashes.append(c.ast_hash)
         for f in tri.format_errors:
             programs.append(ProgramRecord(problem=batch.problem, island=batch.island,
                                           code=f.text[:MAX_FORMAT_ERROR_CODE],
                                           evaluation=Evaluation.failed("format_error", d, error=f.error),
                                           parent_ids=[batch.parent_id], completion=(0, f.completion),
                                           answer_index=f.answer, staleness=batch.staleness))
-            hashes.append(None)
-        return programs, hashes
+        return programs
 
     def _archive(self, out: Outcome, pending: list[Batch]) -> None:
         """The population takes the batch's programs, then one archive transaction: group, completions,
@@ -391,7 +387,7 @@ class Campaign:
                             m=arm.answers or self.cfg.answers, completions=comps, policy_version=version)
         first = pop.n_programs + 1
         key = (b.problem, b.island)
-        pop.add(key, first, out.programs, out.hashes, b.iteration)
+        pop.add(key, first, out.programs, b.iteration)
         migrated = pop.migrate(b.iteration)
         metrics = {"problem": b.problem, "island": b.island, "parent": b.parent_id, "staleness": b.staleness,
                    "completions": len(b.completions), "candidates": out.n_candidates, "duplicates": out.n_dup,
@@ -402,7 +398,7 @@ class Campaign:
         parent = pop.cache[b.parent_id]
         reward = batch_reward(parent.vector, parent.scalar, pop.baseline.get(b.problem, 0.0),
                               [(p.evaluation.vector, p.evaluation.scalar, p.evaluation.status)
-                               for p, h in zip(out.programs, out.hashes) if h is not None])
+                               for p in out.programs if p.ast_hash is not None])
         self.portfolio.observe(b.iteration, arm.name, reward)
         record = PortfolioRecord(arm.name, version, reward, self.portfolio.state(b.iteration))
         warnings = self.health.observe(health.observation(b.iteration, metrics, arm.answers or self.cfg.answers,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from proposer.answers.scoring import score_matrices
 from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has
 from proposer.errors import TrainingError
 from proposer.training.estimators import ESTIMATORS
@@ -47,18 +48,14 @@ if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
 
 
-def score_matrices(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
-    """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion."""
+def flatten_groups(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
+    """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion, padded per group by
+    the scoring path's `score_matrices` (proposer/answers/scoring.py), with its group id and completion."""
     mats, gids, comps = [], [], []
     for g in groups:
-        d = max((len(v) for c in g.completions for v in c.answer_vectors), default=0)
-        for c in g.completions:
-            m = np.zeros((len(c.answer_vectors), d))
-            for i, v in enumerate(c.answer_vectors):
-                m[i, : len(v)] = v
-            mats.append(m)
-            gids.append(g.id)
-            comps.append(c)
+        mats += score_matrices([c.answer_vectors for c in g.completions])
+        gids += [g.id] * len(g.completions)
+        comps += g.completions
     return mats, gids, comps
 
 
@@ -237,7 +234,7 @@ class CampaignTrainer:
                             announce=True)
         # before the first update: the probes' baseline, kept in that step's row
         self._before = self._probe(camp, "_before") if self.version == 0 else {}
-        raw_mats, gids, comps = score_matrices(groups)
+        raw_mats, gids, comps = flatten_groups(groups)
         if self.covrl is not None:
             from evolve.covrl_campaign import is_covrl_step
 

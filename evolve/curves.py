@@ -16,6 +16,7 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from evolve.archive import Archive, ProgressRow
+from evolve.stats import t95
 
 Axis = Literal["iterations", "evaluations"]
 CSV_COLUMNS = ("label", "x", "runs", "solved_mean", "solved_min", "solved_max", "solved_std",
@@ -138,19 +139,13 @@ def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> li
     return rows
 
 
-# two-sided 95% Student t quantiles t_{0.975, df} for df = 1..30 (beyond: the normal 1.96)
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
 def ci95(values: Any) -> tuple[float, float]:
     """(mean, half-width) of a 95% t confidence interval for the mean of independent runs (half-width 0 for
     fewer than two runs)."""
     v = np.asarray(values, dtype=float)
     if v.size < 2:
         return (float(v.mean()) if v.size else 0.0), 0.0
-    t = _T95[v.size - 2] if v.size - 1 <= len(_T95) else 1.96
-    return float(v.mean()), float(t * v.std(ddof=1) / np.sqrt(v.size))
+    return float(v.mean()), float(t95(v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
 
 
 def _ci_half(row: dict[str, Any], key: str) -> float:
@@ -158,8 +153,7 @@ def _ci_half(row: dict[str, Any], key: str) -> float:
     n = row["runs"]
     if n < 2:
         return 0.0
-    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
-    return t * row[f"{key}_std"] * np.sqrt(n / (n - 1)) / np.sqrt(n)
+    return t95(n - 1) * row[f"{key}_std"] * np.sqrt(n / (n - 1)) / np.sqrt(n)
 
 
 def plot(runs: dict[str, list[str | Path]], x: Axis, out_path: str | Path, band: str = "minmax") -> Path:

@@ -85,15 +85,14 @@ class Population:
         if ev.solved:
             self.solved.setdefault(problem, 0)
 
-    def add(self, key: Key, first: int, programs: list[ProgramRecord], hashes: list[str | None],
-            iteration: int) -> None:
-        """One committed batch of island ``key``: ``programs`` get ids first, first+1, ...; those with a hash
-        (not format errors) join the island."""
+    def add(self, key: Key, first: int, programs: list[ProgramRecord], iteration: int) -> None:
+        """One committed batch of island ``key``: ``programs`` get ids first, first+1, ...; those with an
+        ``ast_hash`` (not format errors) join the island."""
         added = []
-        for i, (p, h) in enumerate(zip(programs, hashes)):
-            if h is None:
+        for i, p in enumerate(programs):
+            if p.ast_hash is None:
                 continue
-            self.remember(first + i, key[0], p.code, p.evaluation, h)
+            self.remember(first + i, key[0], p.code, p.evaluation, p.ast_hash)
             added.append(first + i)
             if p.evaluation.solved:
                 self.solved.setdefault(key[0], iteration)

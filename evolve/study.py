@@ -121,7 +121,7 @@ def trend(values: list[float], name: str = "mean set reward") -> str:
     interval (the verdict: rose / fell only when the interval excludes 0), beside the first and last quarter's
     means and standard deviations. One step's number comes from a few problems and is noisy; first -> last alone
     reads that noise as a trend."""
-    from .arms import t95
+    from .stats import t95
 
     y = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
     n = y.size

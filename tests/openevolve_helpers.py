@@ -11,6 +11,18 @@ from pathlib import Path
 import pytest
 
 MIRROR = Path("/work/.mirror/algorithmicsuperintelligence+openevolve/repo")
+# our own OpenEvolve-format folders, one per sandbox limit (tests/data/oe_probes/), and what OpenEvolve reports
+PROBES = Path(__file__).resolve().parent / "data" / "oe_probes"
+PROBE_EXPECTED = {  # what OpenEvolve reports for each probe's initial program (checked against it when installed)
+    "memory": {"combined_score": 1.0, "gigabytes": 1.5},
+    "shm": {"combined_score": 1.0, "pool": 1.0, "executor": 1.0},
+    "threads": {"combined_score": 1.0, "threads": 80.0},
+    "open_files": {"combined_score": 1.0, "files": 100.0},
+    "temp_file": {"combined_score": 1.0, "megabytes": 20.0},
+    "stdout": {"combined_score": 1.0, "printed_mb": 2.0},
+    "python_on_path": {"combined_score": 0.5},
+    "stage_timeout": {"combined_score": 0.7, "stage1": 0.6, "stage2": 0.7},
+}
 
 
 def openevolve_metrics(folder: Path, code: str, timeout: float | None = None) -> dict:

@@ -12,6 +12,21 @@ from pathlib import Path
 
 import pytest
 
+ATOL = 1e-2  # agreement of vLLM log-probs with the HF recomputation (fp32; measured ~1e-5)
+
+
+def max_logprob_error(model, groups) -> float:
+    """The largest gap between the log-probs a backend recorded and the HF recomputation on ``model``."""
+    from proposer.backends.logprobs import batch_sequence_logprobs
+
+    flat = [c for g in groups for c in g]
+    ref = batch_sequence_logprobs(model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
+    err = 0.0
+    for c, r in zip(flat, ref):
+        assert len(c.logprobs) == len(r) == len(c.token_ids)
+        err = max(err, max(abs(a - b) for a, b in zip(c.logprobs, r)))
+    return err
+
 
 @contextlib.contextmanager
 def vllm_server(model: str | Path, log: Path, extra_args: list[str] = (), env_extra: dict | None = None,

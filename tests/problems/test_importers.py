@@ -21,7 +21,7 @@ from problems.importers.humaneval import import_humaneval
 from problems.importers.mbpp import import_mbpp
 from problems.model import AssertCase, CallCase, Problem, ProblemError, StdioCase
 
-from .conftest import DATA
+from tests.conftest import DATA
 
 MBPP = DATA / "mbpp"
 HUMANEVAL = DATA / "humaneval"

@@ -159,7 +159,7 @@ def test_example_config_composes_against_verl_and_names_the_plugins():
 
     from proposer.integrations.verl_plugin import register_estimators
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     with hydra.initialize_config_dir(config_dir=str(root / "examples" / "verl"), version_base=None):
         cfg = hydra.compose(config_name="vevo_vpo")
     register_estimators()

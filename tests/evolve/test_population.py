@@ -29,10 +29,10 @@ def grown(seed: int = 0, **sel) -> Population:
         pop.add_seed(pid, problem, code(-pid), ev([0.0, 0.0, 0.0]), normalized_hash(code(-pid)))
     pop.n_programs = 2
     for t, key in enumerate(pop.keys * 2, start=1):
-        progs = [ProgramRecord(key[0], key[1], code(10 * t + j), ev([j / 4, (t % 3) / 2, 0.0])) for j in range(3)]
-        hashes: list[str | None] = [normalized_hash(p.code) for p in progs]
-        hashes[2] = None  # a format error: archived, never a member
-        pop.add(key, pop.n_programs + 1, progs, hashes, t)
+        progs = [ProgramRecord(key[0], key[1], code(10 * t + j), ev([j / 4, (t % 3) / 2, 0.0]),
+                               ast_hash=normalized_hash(code(10 * t + j)) if j < 2 else None)  # 2: a format error
+                 for j in range(3)]
+        pop.add(key, pop.n_programs + 1, progs, t)
         pop.n_programs += 3
     return pop
 
@@ -53,8 +53,8 @@ def test_format_errors_never_join_and_the_dedupe_map_keeps_the_first_id():
     assert members and members.isdisjoint({2 + 3 * t for t in range(1, 9)})  # ids 5, 8, ...: the format errors
     assert all(p in pop.cache for p in members)
     h = normalized_hash(code(10))
-    pop.add(("a", 1), 100, [ProgramRecord("a", 1, code(10), ev([1.0, 1.0, 1.0], solved=True, status="ok"))],
-            [h], 9)
+    pop.add(("a", 1), 100, [ProgramRecord("a", 1, code(10), ev([1.0, 1.0, 1.0], solved=True, status="ok"),
+                                          ast_hash=h)], 9)
     assert pop.known["a"][h] == 3  # the first program with that hash, not the later copy
     assert pop.solved == {"a": 9} and pop.best["a"] == 1.0
 

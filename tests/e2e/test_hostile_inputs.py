@@ -22,7 +22,7 @@ from evaluators.types import Evaluation
 from problems import values
 from problems.model import ProblemError, load_native
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VEVO = Path(sys.executable).parent / "vevo"
 DEEP = 100_000
 

@@ -16,7 +16,7 @@ import pytest
 from evolve.archive import Archive
 from problems.suites import SUITES
 from tests.campaign_helpers import ROOT, last_iteration, pbe_replay, tail, vevo
-from tests.test_sandbox import HOSTILE
+from tests.sandbox_helpers import HOSTILE
 
 PBE = SUITES["pbe"]()
 PROBS = [p for p in PBE if p.split == "heldout"][:3] + [p for p in PBE if p.split == "train"][:2]
@@ -145,7 +145,7 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_ki
     else:
         vevo("run", *args, "--out", str(run))
     assert kills == n_kills
-    from tests.test_sandbox import sandbox_processes
+    from tests.sandbox_helpers import sandbox_processes
 
     deadline = time.time() + 10  # kill -9 of the orchestrator (process group) left no candidate running
     while sandbox_processes() and time.time() < deadline:

@@ -7,7 +7,7 @@ from evolve.archive import Archive, ProgramRecord
 from proposer.training.estimators import set_reward
 from proposer.training.replay_buffer import choose_groups, staleness
 from proposer.training.rewards import comparable_reward, eval_weights, shape_rewards
-from tests.test_archive import ev, group, seed_program
+from tests.archive_helpers import ev, group, seed_program
 
 M = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["problems", "evaluators", "proposer", "evolve"]  # each may import only from itself and those before
 # proposer's sub-packages, lowest first: a module may import its own sub-package and those of earlier ranks, not a
 # peer of its own rank (the answer format knows no backend; a backend knows no answer format and no trainer)

@@ -26,7 +26,7 @@ import pytest
 from evaluators import landlock, sandbox, seccomp
 from tests.conftest import processes_of_uid
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = Path(__file__).resolve().parent / "sandbox_user_driver.py"
 USER = "vevo-sbx-test"
 SECRET = "sk-vevo-test-9f2c41"
@@ -375,7 +375,7 @@ def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, sh
     no private /dev/shm, so the multiprocessing probe is left out there (and said so in the docs)."""
     import shutil
 
-    from tests.test_openevolve_parity import PROBE_EXPECTED, PROBES
+    from tests.openevolve_helpers import PROBE_EXPECTED, PROBES
 
     u, py = user
     if mode == "userns" and not sandbox.userns_probe()[0]:

@@ -1,4 +1,4 @@
-"""The orchestrator side of tests/test_sandbox_user.py, run as an ordinary user.
+"""The orchestrator side of tests/evaluators/test_sandbox_user.py, run as an ordinary user.
 
     python sandbox_user_driver.py [--deny unshare,landlock] suite SPEC.json   # evaluate programs, print JSON
     python sandbox_user_driver.py [--deny unshare,landlock] exec ARG...       # exec `python -m evolve.cli ARG...`

@@ -134,8 +134,8 @@ def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_p
 
 
 def test_lora_published_to_every_actor_and_to_a_restarted_one(cluster, tmp_path):
-    from tests.test_openai_backend import build_tiny_llama, make_lora_adapter
-    from tests.test_vllm_backend import ATOL, _max_err
+    from tests.openai_helpers import build_tiny_llama, make_lora_adapter
+    from tests.vllm_helpers import ATOL, max_logprob_error
 
     import torch
     from peft import PeftModel
@@ -150,7 +150,7 @@ def test_lora_published_to_every_actor_and_to_a_restarted_one(cluster, tmp_path)
         sp = SamplingParams(max_tokens=8, seed=5)
         prompts = ["def f4(x, y):", "<answer_1>"]
         base = [r.generate(prompts, 2, sp) for r in rb.replicas]
-        assert _max_err(hf_base, base[0] + base[1]) < ATOL
+        assert max_logprob_error(hf_base, base[0] + base[1]) < ATOL
         rb.load_adapter(adapter, version=1)
         infos = [r.info() for r in rb.replicas]
         assert [i["policy_version"] for i in infos] == [1, 1] and len({i["pid"] for i in infos}) == 2
@@ -160,7 +160,7 @@ def test_lora_published_to_every_actor_and_to_a_restarted_one(cluster, tmp_path)
         tuned = [r.generate(prompts, 2, sp) for r in rb.replicas]
         flat = tuned[0] + tuned[1]
         assert all(c.policy_version == 1 and c.meta["lora"].startswith("policy-1") for g in flat for c in g)
-        assert _max_err(hf_a1, flat) < ATOL and _max_err(hf_base, flat) > 0.05  # the adapter is in use on both
+        assert max_logprob_error(hf_a1, flat) < ATOL and max_logprob_error(hf_base, flat) > 0.05  # the adapter is in use on both
         assert [c.token_ids for g in tuned[0] for c in g] == [c.token_ids for g in tuned[1] for c in g]
         split = rb.generate(prompts, 2, sp)  # one prompt per actor samples what one engine gave for the call
         assert [c.token_ids for g in split for c in g] == [c.token_ids for g in tuned[0] for c in g]

@@ -1,5 +1,5 @@
 """Several `openai:` replicas serving one campaign: real HTTP servers on 127.0.0.1 sampling the bundled tiny proposer
-with transformers (the servers of tests/test_openai_backend.py). Requests spread over the replicas, a replica
+with transformers (the servers of tests/openai_helpers.py). Requests spread over the replicas, a replica
 killed mid-run loses no iteration and changes no result, LoRA updates reach every replica."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
 from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.backends.replicas import ReplicatedBackend  # noqa: E402
 from tests.campaign_helpers import BreaksAtCall, InFlight, wait_for_iteration  # noqa: E402
-from tests.test_openai_backend import MODEL_NAME, Server, TinyLM, build_tiny_llama, make_lora_adapter  # noqa: E402
+from tests.openai_helpers import MODEL_NAME, Server, TinyLM, build_tiny_llama, make_lora_adapter  # noqa: E402
 
 PROBLEMS = ["pbe/int-0", "pbe/list-1"]
 

@@ -18,9 +18,8 @@ import pytest
 
 from evaluators.pool import SandboxPool
 from problems.registry import load_folder
-from tests.openevolve_helpers import comparable, examples_dir, openevolve_metrics
+from tests.openevolve_helpers import PROBE_EXPECTED, PROBES, comparable, examples_dir, openevolve_metrics
 
-PROBES = Path(__file__).parent / "data" / "oe_probes"
 TIMES = re.compile(r".*time.*")  # wall-clock metrics differ run to run; everything else must be equal
 SEEDED = "import random as _r, numpy as _np\n_r.seed(0)\n_np.random.seed(0)\n"
 
@@ -39,18 +38,6 @@ def _probe(name: str, tmp_path: Path) -> Path:
     shutil.copytree(PROBES / name, dst)
     tmp_path.chmod(0o755)
     return dst
-
-
-PROBE_EXPECTED = {  # what OpenEvolve reports for each probe's initial program (checked against it when installed)
-    "memory": {"combined_score": 1.0, "gigabytes": 1.5},
-    "shm": {"combined_score": 1.0, "pool": 1.0, "executor": 1.0},
-    "threads": {"combined_score": 1.0, "threads": 80.0},
-    "open_files": {"combined_score": 1.0, "files": 100.0},
-    "temp_file": {"combined_score": 1.0, "megabytes": 20.0},
-    "stdout": {"combined_score": 1.0, "printed_mb": 2.0},
-    "python_on_path": {"combined_score": 0.5},
-    "stage_timeout": {"combined_score": 0.7, "stage1": 0.6, "stage2": 0.7},
-}
 
 
 @pytest.mark.parametrize("name", sorted(PROBE_EXPECTED))

@@ -1,6 +1,6 @@
 """`vllm-ray:PATH` pieces that run without vllm: the config keys and their errors, what the runner hands the
 backend, the GPU placement rule and its one-line error, adapter files as bytes, and the one-line error when vllm
-is not installed (before any Ray is started). The engines themselves: tests/test_vllm_ray.py (vllm venv)."""
+is not installed (before any Ray is started). The engines themselves: tests/proposer/test_vllm_ray.py (vllm venv)."""
 from __future__ import annotations
 
 import importlib.util

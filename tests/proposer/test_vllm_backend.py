@@ -16,10 +16,10 @@ import pytest
 
 from proposer.backends import BackendError
 from proposer.backends.base import SamplingParams
+from tests.vllm_helpers import ATOL, max_logprob_error
 
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAVE_VLLM, reason="vllm not installed (run scripts/vllm_ci.sh)")
-ATOL = 1e-2
 LONG_PROMPT = "".join(f"Task {i}: add {i} to every element of the list.\n" for i in range(40)) + "def f1(x, y):"
 
 
@@ -39,7 +39,7 @@ def test_missing_vllm_is_one_line_backend_error(tmp_path):
 def artifacts(tmp_path_factory):
     """Tiny model + two different LoRA adapters (and the HF models to check against)."""
     pytest.importorskip("vllm")
-    from tests.test_openai_backend import build_tiny_llama, make_lora_adapter
+    from tests.openai_helpers import build_tiny_llama, make_lora_adapter
 
     root = tmp_path_factory.mktemp("vllm_tiny")
     model = build_tiny_llama(root / "model")
@@ -73,18 +73,6 @@ def backend(artifacts):
     be.close()
 
 
-def _max_err(model, groups) -> float:
-    from proposer.backends.logprobs import batch_sequence_logprobs
-
-    flat = [c for g in groups for c in g]
-    ref = batch_sequence_logprobs(model, [c.prompt_token_ids for c in flat], [c.token_ids for c in flat])
-    err = 0.0
-    for c, r in zip(flat, ref):
-        assert len(c.logprobs) == len(r) == len(c.token_ids)
-        err = max(err, max(abs(a - b) for a, b in zip(c.logprobs, r)))
-    return err
-
-
 # ------------------------------------------------------------------------------------------- offline engine
 @needs_vllm
 def test_generate_n_with_logprobs_matching_hf(backend, hf):
@@ -105,7 +93,7 @@ def test_generate_n_with_logprobs_matching_hf(backend, hf):
             assert c.finish_reason == ("stop" if stopped else "length")
             body = c.token_ids[:-1] if stopped else c.token_ids
             assert c.text == hf["tok"].decode(body, clean_up_tokenization_spaces=False)
-    assert _max_err(hf["base"], groups) < ATOL
+    assert max_logprob_error(hf["base"], groups) < ATOL
 
 
 @needs_vllm
@@ -167,18 +155,18 @@ def test_lora_hot_swap(backend, hf, artifacts):
     backend.load_adapter(artifacts["a1"], version=1)
     g1 = backend.generate(prompts, 3, sp)
     assert all(c.policy_version == 1 and c.meta["lora"].startswith("policy-1") for g in g1 for c in g)
-    assert _max_err(hf["a1"], g1) < ATOL
-    assert _max_err(hf["base"], g1) > 0.05  # the adapter really is in use
+    assert max_logprob_error(hf["a1"], g1) < ATOL
+    assert max_logprob_error(hf["base"], g1) > 0.05  # the adapter really is in use
     backend.load_adapter(artifacts["a2"], version=2)
     g2 = backend.generate(prompts, 3, sp)
     assert all(c.policy_version == 2 for g in g2 for c in g)
-    assert _max_err(hf["a2"], g2) < ATOL and _max_err(hf["a1"], g2) > 0.05
+    assert max_logprob_error(hf["a2"], g2) < ATOL and max_logprob_error(hf["a1"], g2) > 0.05
     assert backend.state() == {"policy_version": 2, "adapter": str(Path(artifacts["a2"]).resolve()),
                                "calls": backend.state()["calls"]}
     backend.unload_adapter(version=3)
     g3 = backend.generate(prompts, 2, sp)
     assert all(c.policy_version == 3 and "lora" not in c.meta for g in g3 for c in g)
-    assert _max_err(hf["base"], g3) < ATOL
+    assert max_logprob_error(hf["base"], g3) < ATOL
     with pytest.raises(BackendError, match="no PEFT adapter"):
         backend.load_adapter(artifacts["model"], version=4)
 
@@ -228,7 +216,7 @@ def test_vllm_serve_completions_through_openai_backend(vllm_server, hf):
             assert c.finish_reason in ("stop", "length")
             if c.finish_reason == "length":
                 assert len(c.token_ids) == 8
-    assert _max_err(hf["base"], groups) < ATOL
+    assert max_logprob_error(hf["base"], groups) < ATOL
     again = be.generate(prompts, 3, SamplingParams(max_tokens=8, seed=0))
     assert [[c.token_ids for c in g] for g in again] == [[c.token_ids for c in g] for g in groups]
 
@@ -243,7 +231,7 @@ def test_vllm_serve_chat_through_openai_backend(vllm_server, hf):
     for c in group:
         assert c.logprobs and c.token_ids and len(c.logprobs) == len(c.token_ids)
         assert c.prompt_token_ids  # vLLM returns the templated prompt's ids
-    assert _max_err(hf["base"], [group]) < ATOL
+    assert max_logprob_error(hf["base"], [group]) < ATOL
 
 
 @needs_vllm
@@ -254,4 +242,4 @@ def test_vllm_serve_lora_hot_load(vllm_server, hf, artifacts):
     be.load_adapter(artifacts["a1"], version=7)
     groups = be.generate(["def f6(x, y):"], 2, SamplingParams(max_tokens=6, seed=0))
     assert all(c.policy_version == 7 and c.meta["model"] == be.model for c in groups[0])
-    assert _max_err(hf["a1"], groups) < ATOL and _max_err(hf["base"], groups) > 0.05
+    assert max_logprob_error(hf["a1"], groups) < ATOL and max_logprob_error(hf["base"], groups) > 0.05

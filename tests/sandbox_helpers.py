@@ -1,0 +1,76 @@
+"""What several test modules run through the sandbox: a small problem, hostile candidates with the statuses each
+may get, and the sandbox processes left on the host."""
+import os
+
+from problems.model import CallCase, Problem
+
+ADD = Problem(id="t/add", seed_code="", entry_point="add", time_limit=1.5, memory_limit_mb=512,
+              tests=[CallCase((1, 2), 3), CallCase((20, 22), 42), CallCase((-1, 1), 0)])
+GOOD = "def add(a, b):\n    return a + b\n"
+
+HOSTILE = {
+    # name: (code, allowed statuses)
+    "infinite_loop": ("while True:\n    pass\n" + GOOD, {"timeout"}),
+    "infinite_loop_in_call": ("def add(a, b):\n    while True:\n        pass\n", {"timeout"}),
+    "sleep": ("import time\ntime.sleep(100)\n" + GOOD, {"timeout"}),
+    "memory_bomb": ("x = bytearray(10 ** 11)\n" + GOOD, {"memory"}),
+    "memory_growth": ("xs = []\nwhile True:\n    xs.append(' ' * 10 ** 8)\n", {"memory"}),
+    "memory_in_call": ("def add(a, b):\n    return len([0] * 10 ** 11)\n", {"memory"}),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+                  {"timeout", "crash", "memory", "killed"}),
+    "os_exit_top": ("import os\nos._exit(0)\n", {"crash"}),
+    "os_exit_in_call": ("import os\ndef add(a, b):\n    os._exit(0)\n", {"crash"}),
+    "system_exit_top": ("raise SystemExit(0)\n", {"crash"}),
+    "sys_exit_in_call": ("import sys\ndef add(a, b):\n    sys.exit(0)\n", {"wrong"}),
+    "segfault_ctypes": ("import ctypes\nctypes.string_at(0)\n", {"crash"}),
+    "recursion_bomb": ("def f(n):\n    return f(n + 1)\nf(0)\n", {"crash"}),
+    "c_stack_overflow": ("import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(n):\n    return f(n + 1)\nf(0)\n",
+                         {"crash", "memory", "timeout"}),
+    "stdout_flood": ("while True:\n    print('x' * 10000)\n", {"output_limit"}),
+    "stderr_flood": ("import sys\nwhile True:\n    sys.stderr.write('y' * 10000)\n", {"output_limit"}),
+    "kill_parent": ("import os\nos.kill(os.getppid(), 9)\n" + GOOD, {"crash"}),
+    "kill_own_group": ("import os, signal\nos.killpg(0, signal.SIGKILL)\n", {"killed"}),
+    # reaches only its own uid inside its PID namespace: nothing (ESRCH with the PID namespace)
+    "kill_everything": ("import os\nos.kill(-1, 9)\n", {"wrong", "crash"}),
+    "setuid_root": ("import os\nos.setuid(0)\n" + GOOD, {"crash"}),
+    "signal_tricks": ("import signal\nfor s in (signal.SIGTERM, signal.SIGALRM, signal.SIGXCPU, signal.SIGINT):\n"
+                      "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass\n", {"timeout"}),
+    "close_result_pipe": ("import os\nos.close(3)\n" + GOOD, {"crash"}),
+    "forge_records": ("import os\nos.write(3, b'{\"t\":\"case\",\"i\":0,\"pass\":true}\\n{\"t\":\"case\",\"i\":1,\"v\":7}\\n"
+                      "{\"t\":\"done\",\"n\":3}\\n')\nos._exit(0)\n", {"crash", "wrong"}),
+    "patch_builtins": ("import builtins\nbuiltins.isinstance = lambda *a: True\nbuiltins.type = lambda *a: int\n"
+                       "def add(a, b):\n    return a - b\n", {"wrong", "crash"}),
+    "patch_harness": ("import evaluators.harness as h, problems.values as v, json\nh._encode = lambda x: 3\n"
+                      "v.encode = lambda x, *a: 3\njson.dumps = lambda *a, **k: '{\"t\":\"done\",\"n\":3}'\n"
+                      "def add(a, b):\n    return None\n", {"wrong", "crash"}),
+    "lying_eq": ("class Liar(int):\n    def __eq__(self, o):\n        return True\n    __hash__ = int.__hash__\n"
+                 "def add(a, b):\n    return Liar(0)\n", {"wrong"}),
+    "unserialisable": ("def add(a, b):\n    return lambda: a + b\n", {"wrong"}),
+    "huge_result": ("def add(a, b):\n    return list(range(3 * 10 ** 7))\n", {"output_limit", "memory", "timeout"}),
+    "fd_exhaustion": ("fs = [open('/dev/null') for _ in range(10 ** 6)]\n" + GOOD, {"crash"}),
+    "read_stdin": ("x = input()\n" + GOOD, {"crash"}),
+    "huge_file": ("with open('big', 'wb') as f:\n    f.write(b'0' * 10 ** 9)\n" + GOOD, {"crash", "memory"}),
+    "regenerate_expected": ("from problems.suites import SUITES\n" + GOOD, {"crash"}),
+    "syntax_error": ("def add(a, b)\n    return a + b\n", {"syntax_error"}),
+    "giant_expression": ("x = " + "(" * 5000 + "1" + ")" * 5000 + "\n" + GOOD, {"syntax_error"}),
+    # compile bombs under COMPILE_IN_WORKER_MAX: the worker compiles them before forking and must survive
+    "compile_bomb_chain": ("x = " + "1+" * 30000 + "1\n" + GOOD, {"syntax_error"}),
+    "compile_bomb_lambda": ("x = " + "lambda: " * 5000 + "1\n" + GOOD, {"syntax_error"}),
+    "compile_bomb_attr": ("x = a" + ".b" * 30000 + "\n" + GOOD, {"syntax_error"}),
+}
+
+SANDBOX_UIDS = range(200000, 300000)
+
+
+def sandbox_processes() -> list[tuple[int, int]]:
+    """(pid, uid) of every process on the host running as a sandbox uid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                uid = os.stat(f"/proc/{d}").st_uid
+            except OSError:
+                continue
+            if uid in SANDBOX_UIDS:
+                out.append((int(d), uid))
+    return out

@@ -22,7 +22,7 @@ def training_config(cfg: CampaignConfig) -> TrainConfig:
     t = cfg.train
     return TrainConfig(lr=t.lr, epochs=t.epochs, clip_eps=t.clip_eps, kl_beta=t.kl_beta,
                        max_grad_norm=t.max_grad_norm, weight_decay=t.weight_decay, is_cap=t.is_cap,
-                       minibatch=t.minibatch or min(8, t.batch * cfg.group), micro_batch=t.micro_batch,
+                       minibatch=t.minibatch or min(8, t.batch * cfg.search.group), micro_batch=t.micro_batch,
                        max_seq_len=t.max_seq_len, gradient_checkpointing=t.grad_checkpointing,
                        bf16_autocast_on_gpu=t.autocast == "bf16",
                        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)

@@ -747,7 +747,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             else:
                 kw.update(type={"int": int, "float": float}.get(f.kind, str), choices=f.choices)
                 if f.choices is None:
-                    kw["metavar"] = {"out": "DIR", "proposer": "SPEC", "suite": "NAME"}.get(
+                    kw["metavar"] = {"out": "DIR", "proposer.spec": "SPEC", "suite": "NAME"}.get(
                         f.key, {"int": "N", "float": "X"}.get(f.kind, "TEXT"))
             groups.get(f.group, p).add_argument(f"--{f.flag}", **kw)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -25,6 +25,8 @@ from pydantic_core import PydanticUndefined
 from evaluators.executor import EXECUTORS
 from problems.errors import VevoError
 
+from .dotted import merge, unflatten
+
 if TYPE_CHECKING:
     from proposer.backends.options import BackendRun
 
@@ -232,33 +234,6 @@ SECTIONS: dict[str, type[StrictModel]] = {"proposer": ProposerSection, "search":
                                           "executor": ExecutorSection, "portfolio": PortfolioConfig}
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``, mapping into mapping (an override of train.lr keeps train.algo; one of
-    search.selection.method keeps search.iterations). Merged proposer options are checked against the final spec."""
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def unflatten(dotted: dict[str, Any]) -> dict[str, Any]:
-    """{"train.lr": 1e-4, "search": {...}} -> nested mappings (a dotted key is a path of sections)."""
-    out: dict[str, Any] = {}
-    for key, value in dotted.items():
-        *path, leaf = str(key).split(".")
-        node: dict[str, Any] = {}
-        top = node
-        for part in path:
-            node[part] = {}
-            node = node[part]
-        node[leaf] = value
-        out = merge(out, top)
-    return out
-
-
 class CampaignConfig(StrictModel):
     """Everything one campaign needs, in sections that match the rooms. Defaults give a small, runnable campaign
     with the tiny proposer."""
@@ -322,7 +297,7 @@ class CampaignConfig(StrictModel):
         from proposer.backends.options import BackendRun
 
         return BackendRun(chat=self.sampling.chat, threads=self.proposer.threads, dtype=self.proposer.dtype,
-                          train=self.train.algo != "none", lora_rank=self.train.lora_rank,
+                          trained=self.train.algo != "none", lora_rank=self.train.lora_rank,
                           ray_address=self.executor.ray_address)
 
 
@@ -413,13 +388,14 @@ def run_flags() -> list[Flag]:
         out.append(flag)
     from proposer.backends import OPTIONS
 
-    seen: set[str] = set()
+    options: dict[str, tuple[str, Any, list[str]]] = {}  # flag name -> (option, field, the backends taking it)
     for kind, model in OPTIONS.items():
         for opt, f in model.model_fields.items():
             name = f"{model.flag_prefix or kind}-{opt}".replace("_", "-")
-            if name not in seen:
-                seen.add(name)
-                out.append(_flag(f"proposer.options.{opt}", f, "proposer", name))
+            options.setdefault(name, (opt, f, []))[2].append(kind)
+    for name, (opt, f, kinds) in options.items():
+        flag = _flag(f"proposer.options.{opt}", f, "proposer", name)
+        out.append(flag._replace(help=f"{', '.join(kinds)}: {flag.help}"))
     return out
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .dotted import merge, unflatten
+
 # the earlier sections' keys, and the flat spelling each had (a section's primary key was the section's name)
 _OLD_SECTIONS: dict[str, tuple[str, ...]] = {
     "selection": ("method", "lexicase_epsilon", "tournament_size", "inspirations", "island_capacity",
@@ -29,7 +31,8 @@ _OLD_PRIMARY = {"selection": "method", "train": "algo", "executor": "kind", "por
 _OLD_FLAT_PREFIX = {"train": "train_", "portfolio": "portfolio_"}
 _OLD_TOP = {"proposer_threads": "proposer.threads", "proposer_dtype": "proposer.dtype",
             "vllm_gpu_memory_utilization": "proposer.options.gpu_memory_utilization",
-            "vllm_sleep": "proposer.options.sleep", "vllm_tensor_parallel_size": "proposer.options.tensor_parallel_size",
+            "vllm_sleep": "proposer.options.sleep",
+            "vllm_tensor_parallel_size": "proposer.options.tensor_parallel_size",
             "vllm_replicas": "proposer.options.replicas", "vllm_restarts": "proposer.options.restarts",
             **{k: f"search.{k}" for k in ("iterations", "islands", "answers", "group", "retire_solved",
                                           "pipeline_depth")}}
@@ -86,8 +89,6 @@ def upgrade(data: dict[str, Any]) -> dict[str, Any]:
     """A stored config mapping of any earlier version in today's shape (today's shape comes back unchanged).
 
     A portfolio run's vLLM options were shared by its members: each member whose backend takes them gets them."""
-    from .config import merge, unflatten
-
     moves = _moves(data)
     if not moves:
         return data

@@ -12,10 +12,10 @@ Specs::
     replay:FILE     recorded completions, JSONL (proposer.backends.replay.ReplayBackend)
 
 Each backend declares its own options model (``OPTIONS``, proposer/backends/options.py): the run config's
-``proposer.options`` are validated against it and turned into constructor keyword arguments by it
-(`backend_kwargs`). Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
-dropped for replay). Heavy modules (torch, transformers, vllm, an HTTP client) are
-imported only for the spec that needs them. Every failure to build a backend is a one-line ``BackendError``.
+``proposer.options`` are validated against it (`check_options`) and turned into constructor keyword arguments by it
+(`backend_kwargs`). Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every
+backend, is dropped for replay). Heavy modules (torch, transformers, vllm, an HTTP client) are imported only for the
+spec that needs them. Every failure to build a backend is a one-line ``BackendError``.
 """
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ class BackendRun:
     chat: bool | str = "auto"  # chat template + chat prompt style; "auto": when the tokenizer has one
     threads: int | None = None  # torch threads on CPU; None: the backend's default
     dtype: str = "auto"  # weights: auto | float32 | bfloat16 | float16
-    train: bool = False  # a trainer updates this proposer during the run
+    trained: bool = False  # a trainer updates this proposer during the run
     lora_rank: int = 8  # the trainer's LoRA rank (an engine serving adapters must accept it)
     ray_address: str | None = None  # the Ray cluster of the run (None: a local one)
 
@@ -55,41 +55,49 @@ class OpenAIOptions(BackendOptions):
         return {} if run.chat == "auto" else {"chat": run.chat}
 
 
-class VLLMOptions(BackendOptions):
-    """vllm:PATH: the vLLM offline engine in this process."""
+class _EngineOptions(BackendOptions):
+    """What every vLLM engine takes (vllm: and vllm-ray:)."""
 
-    flag_prefix: ClassVar[str | None] = "vllm"  # --vllm-sleep, also for vllm-ray
+    flag_prefix: ClassVar[str | None] = "vllm"  # --vllm-tensor-parallel-size, for both
 
     gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="vLLM's share of the GPU; None: 0.85, or 0.5 when a trainer shares the GPU "
-        "without sleep")
-    sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each training "
-                        "step (CUDA only)")
+        None, gt=0, le=1, description="vLLM's share of each of its GPUs; None: 0.85, or (vllm:) 0.5 when a trainer "
+        "shares the GPU without sleep")
     tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine")
 
     def _share(self, run: BackendRun) -> float:
-        if self.gpu_memory_utilization is not None:
-            return self.gpu_memory_utilization
-        return 0.5 if run.train and not self.sleep else 0.85
+        return 0.85 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
 
     def kwargs(self, run: BackendRun) -> dict[str, Any]:
         kw: dict[str, Any] = {"chat": run.chat, "dtype": run.dtype, "gpu_memory_utilization": self._share(run),
-                              "enable_sleep_mode": self.sleep, "tensor_parallel_size": self.tensor_parallel_size}
-        if run.train:
+                              "tensor_parallel_size": self.tensor_parallel_size}
+        if run.trained:
             kw["max_lora_rank"] = max(64, run.lora_rank)
         return kw
 
 
-class VLLMRayOptions(VLLMOptions):
-    """vllm-ray:PATH: vLLM engines as Ray actors on the run's cluster (executor.ray_address)."""
+class VLLMOptions(_EngineOptions):
+    """vllm:PATH: the vLLM offline engine in this process."""
+
+    sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each training "
+                        "step (CUDA only)")
+
+    def _share(self, run: BackendRun) -> float:  # the learner shares the engine's GPU
+        if self.gpu_memory_utilization is not None:
+            return self.gpu_memory_utilization
+        return 0.5 if run.trained and not self.sleep else 0.85
+
+    def kwargs(self, run: BackendRun) -> dict[str, Any]:
+        return {**super().kwargs(run), "enable_sleep_mode": self.sleep}
+
+
+class VLLMRayOptions(_EngineOptions):
+    """vllm-ray:PATH: vLLM engines as Ray actors on the run's cluster (executor.ray_address); the trainer is on the
+    driver, not in the engines' GPUs, so no sleep and no smaller share when training."""
 
     replicas: int = Field(1, ge=1, description="vLLM engines started as Ray actors")
     restarts: int = Field(1, ge=0, description="new actors started for each replica whose actor is lost")
 
-    def _share(self, run: BackendRun) -> float:  # the trainer is on the driver, not in the engines' actors
-        return 0.85 if self.gpu_memory_utilization is None else self.gpu_memory_utilization
-
     def kwargs(self, run: BackendRun) -> dict[str, Any]:
         return {**super().kwargs(run), "replicas": self.replicas, "restarts": self.restarts,
                 "ray_address": run.ray_address}
-

@@ -833,8 +833,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--algo", default=None, choices=algos,
                            help="covrl: needs reference solutions (default: vpo)")
             p.add_argument("--steps", type=int, default=10, help="training steps")
-            p.add_argument("--config", metavar="FILE", help="a run config (YAML): its train, sampling, group, "
-                           "answers and seed keys are used; flags override it")
+            p.add_argument("--config", metavar="FILE", help="a run config (YAML): its train, sampling, search.group, "
+                           "search.answers and seed keys are used (its train.algo when --algo is not given); flags "
+                           "override it")
             d = None
             if full or cmd == "train":
                 from .config import CampaignConfig

@@ -361,3 +361,21 @@ def test_run_help_is_grouped_by_section(capsys):
                                                       "portfolio")]
     assert heads == sorted(heads)
     assert heads[1] < out.index("--migration-every") < heads[2] and heads[4] < out.index("--workers") < heads[5]
+
+
+def test_vevo_train_reads_its_config_file_and_flags_into_the_sections(tmp_path):
+    """`vevo train`'s flags name dotted keys (TRAIN_FLAG_KEYS) or are generated from the train section; the
+    algorithm is --algo, else the file's train.algo, else vpo."""
+    from evolve import cli
+
+    def cfg(*argv):
+        return cli._train_config(cli.build_parser("train").parse_args(["train", "--proposer", "tiny", "--out", "x",
+                                                                       *argv]))
+
+    c = cfg("--group", "4", "--lr", "0.01", "--train-covrl-alpha", "0.25", "--set", "search.answers=3")
+    assert (c.train.algo, c.search.group, c.train.lr, c.train.covrl.alpha, c.search.answers) == \
+        ("vpo", 4, 0.01, 0.25, 3)
+    p = write(tmp_path, "train: {algo: grpo, batch: 3}\nsearch: {group: 3}\n")
+    assert (cfg("--config", str(p)).train.algo, cfg("--config", str(p)).train.batch) == ("grpo", 3)
+    assert cfg("--config", str(p), "--algo", "vpo", "--full").train.model_dump(include={"algo", "lora"}) == \
+        {"algo": "vpo", "lora": False}

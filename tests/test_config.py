@@ -379,3 +379,16 @@ def test_vevo_train_reads_its_config_file_and_flags_into_the_sections(tmp_path):
     assert (cfg("--config", str(p)).train.algo, cfg("--config", str(p)).train.batch) == ("grpo", 3)
     assert cfg("--config", str(p), "--algo", "vpo", "--full").train.model_dump(include={"algo", "lora"}) == \
         {"algo": "vpo", "lora": False}
+
+
+def test_a_portfolio_member_gets_its_own_backend_options():
+    from evolve.members import build_members
+    from evolve.runner import backend_kwargs
+
+    cfg = load_config(None, {"proposers": [{"name": "v", "spec": "vllm:/m", "options": {"sleep": True}},
+                                           {"name": "t", "spec": "tiny"}]})
+    made = []
+    build_members(cfg, lambda spec, options: made.append((spec, options)) or object())
+    assert made == [("vllm:/m", {"sleep": True}), ("tiny", {})]
+    kw = backend_kwargs(cfg, "vllm:/m", cfg.proposers[0].options)
+    assert kw["enable_sleep_mode"] is True and kw["gpu_memory_utilization"] == 0.85

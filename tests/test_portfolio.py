@@ -330,7 +330,7 @@ def test_the_frozen_member_is_the_trained_backend_with_its_adapter_off(tmp_path)
     cfg = load_config(None, {"suite": "pbe", "train": {"algo": "vpo"}, "proposers": [
         {"name": "policy", "spec": "tiny", "train": True}, {"name": "base", "spec": "tiny"}]})
     built = []
-    primary, members = build_members(cfg, lambda spec: built.append(spec) or make_backend(spec))
+    primary, members = build_members(cfg, lambda spec, options: built.append(spec) or make_backend(spec, **options))
     assert built == ["tiny"] and isinstance(members[1][1], FrozenAdapterView) and members[1][1].inner is primary
     torch.manual_seed(0)
     primary.model = wrap_lora(primary.model, 8, None, None)

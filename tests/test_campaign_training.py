@@ -144,8 +144,9 @@ def test_every_training_knob_reaches_the_trainer():
     kw = backend_kwargs(cfg)
     assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
     assert backend_kwargs(load_config(None, {"proposer.spec": "tiny"}))["chat"] == "auto"
-    for bad, key in (({"train_lora_rnak": 4}, "did you mean 'train_lora_rank'"),
-                     ({"train": "vpo", "proposer_dtype": "float16"}, "loss scaling"),
-                     ({"train": "vpo", "temperature": 0}, "greedy"), ({"chat": "maybe"}, "chat")):
+    for bad, key in (({"train.lora_rnak": 4}, "did you mean 'train.lora_rank'"),
+                     ({"train.algo": "vpo", "proposer.dtype": "float16"}, "loss scaling"),
+                     ({"train.algo": "vpo", "sampling.temperature": 0}, "greedy"),
+                     ({"sampling.chat": "maybe"}, "sampling.chat")):
         with pytest.raises(ConfigError, match=key):
             load_config(None, bad)

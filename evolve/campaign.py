@@ -302,7 +302,7 @@ class Campaign:
         arm, backend = self.arm(batch)
         sp = SamplingParams(temperature=s.temperature if arm.temperature is None else arm.temperature, top_p=s.top_p,
                             max_tokens=s.max_tokens, seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
-        out = backend.generate([batch.prompt], self.cfg.search.group, sp)
+        out = backend.generate([batch.prompt], self.cfg.trained_group if arm.train else self.cfg.search.group, sp)
         batch.gen_seconds = time.perf_counter() - t0
         batch.completions = list(out[0]) if out else []
         batch.generated = True

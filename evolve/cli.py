@@ -543,7 +543,7 @@ def _study_setup(args, rep):
 
 # `vevo train` flags that name a run-config key (the rest of the train section: its generated --train-* flags)
 TRAIN_FLAG_KEYS = {"algo": "train.algo", "batch": "train.batch", "lr": "train.lr", "probe_every": "train.probe_every",
-                   "group": "search.group", "answers": "search.answers", "seed": "seed",
+                   "group": "train.group", "answers": "search.answers", "seed": "seed",
                    "max_tokens": "sampling.max_tokens"}
 TRAIN_ONLY_IN_CAMPAIGNS = ("train.every", "train.replay_older", "train.covrl.share")  # no campaign, no schedule
 
@@ -843,7 +843,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                 d = CampaignConfig()
             shown = (lambda v: f" (default: the config's, {v})" if d is not None else "")  # noqa: E731
             p.add_argument("--group", type=int, default=None,
-                           help="G completions per prompt" + shown(d and d.search.group))
+                           help="G completions per prompt: train.group" +
+                           shown(d and (d.train.group or d.search.group)))
             p.add_argument("--batch", type=int, default=None,
                            help="problems per step: train.batch" + shown(d and d.train.batch))
             p.add_argument("--lr", type=float, default=None,

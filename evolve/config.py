@@ -147,6 +147,9 @@ class TrainSection(StrictModel):
     algo: str = Field("none", description="training algorithm; none: the proposer is never updated")
     every: int = Field(10, ge=1, description="iterations between updates")
     batch: int = Field(8, ge=1, description="archive groups per training step")
+    group: int | None = Field(None, ge=2, description="G: completions per prompt of the trained proposer while it "
+                              "trains (None: search.group); the estimators' baseline is the group, and "
+                              "larger groups give each step more signal")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
     epochs: int = Field(1, ge=1, description="passes over each step's samples")
@@ -272,11 +275,18 @@ class CampaignConfig(StrictModel):
         if tr.algo != "none" and self.sampling.temperature == 0:
             raise ValueError("'sampling.temperature': 0 is greedy, every completion of a group is the same; "
                              "training needs temperature > 0")
-        if tr.algo != "none" and self.search.group < 2:
-            raise ValueError(f"'search.group': train.algo={tr.algo!r} estimates advantages within a group, "
-                             f"so it needs group >= 2 (got {self.search.group})")
+        if tr.algo != "none" and self.trained_group < 2:
+            key = "train.group" if tr.group else "search.group"
+            raise ValueError(f"'{key}': train.algo={tr.algo!r} estimates advantages within a group, "
+                             f"so it needs group >= 2 (got {self.trained_group})")
         check_members(self.proposers, tr.algo)
         return self
+
+    @property
+    def trained_group(self) -> int:
+        """G of the groups the trained proposer samples (and the trainer learns from): ``train.group`` when
+        training is on and it is set, else ``search.group``."""
+        return self.train.group if self.train.algo != "none" and self.train.group else self.search.group
 
     def __eq__(self, other: object) -> bool:
         # compare settings only: where a config was read from (_source) does not make it different

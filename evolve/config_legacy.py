@@ -18,7 +18,7 @@ _OLD_SECTIONS: dict[str, tuple[str, ...]] = {
     "selection": ("method", "lexicase_epsilon", "tournament_size", "inspirations", "island_capacity",
                   "migration_every", "migration_count"),
     "sampling": ("answer_mode", "temperature", "top_p", "max_tokens", "chat", "reasoning"),
-    "train": ("algo", "every", "batch", "lr", "lora", "epochs", "reward", "replay_older", "minibatch", "micro_batch",
+    "train": ("algo", "every", "batch", "group", "lr", "lora", "epochs", "reward", "replay_older", "minibatch", "micro_batch",
               "clip_eps", "kl_beta", "is_cap", "max_grad_norm", "weight_decay", "lora_rank", "lora_alpha",
               "lora_targets", "max_seq_len", "grad_checkpointing", "autocast", "probe_every", "probe_problems",
               "probe_group", "covrl_alpha", "covrl_clip_eps", "covrl_nll_coef", "covrl_kl_coef", "covrl_std_norm",

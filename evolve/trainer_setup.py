@@ -18,11 +18,11 @@ from .config import CampaignConfig
 
 def training_config(cfg: CampaignConfig) -> TrainConfig:
     """The ``train`` keys (and the sampling temperature / top-p) of a run config as a TrainConfig; a step's
-    samples are ``train.batch`` groups of ``group`` completions."""
+    samples are ``train.batch`` groups of ``trained_group`` completions."""
     t = cfg.train
     return TrainConfig(lr=t.lr, epochs=t.epochs, clip_eps=t.clip_eps, kl_beta=t.kl_beta,
                        max_grad_norm=t.max_grad_norm, weight_decay=t.weight_decay, is_cap=t.is_cap,
-                       minibatch=t.minibatch or min(8, t.batch * cfg.search.group), micro_batch=t.micro_batch,
+                       minibatch=t.minibatch or min(8, t.batch * cfg.trained_group), micro_batch=t.micro_batch,
                        max_seq_len=t.max_seq_len, gradient_checkpointing=t.grad_checkpointing,
                        bf16_autocast_on_gpu=t.autocast == "bf16",
                        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)

@@ -150,3 +150,17 @@ def test_every_training_knob_reaches_the_trainer():
                      ({"sampling.chat": "maybe"}, "sampling.chat")):
         with pytest.raises(ConfigError, match=key):
             load_config(None, bad)
+
+
+def test_train_group_sets_the_trained_proposers_group_and_each_step_learns_from_it(tmp_path):
+    """train.group: the trained proposer samples that many completions per prompt (the search's `group` is for
+    untrained runs), and a step every iteration on one group trains on exactly those completions."""
+    run = tmp_path / "run"
+    cfg = _cfg(tmp_path, "  group: 3\n  probe_every: 0\n")
+    vevo("run", str(cfg), "--iterations", "3", "--train-every", "1", "--train-batch", "1", "--out", str(run),
+         "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows, groups = a.training_rows(), a.recent_groups(100)
+    assert [len(g.completions) for g in groups] == [3, 3, 3]
+    assert [r.step for r in rows] == [1, 2, 3]
+    assert all(r.data["completions"] == 3 and r.data["groups"] == 1 for r in rows)

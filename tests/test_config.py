@@ -202,6 +202,16 @@ def test_cross_field_validation():
     with pytest.raises(ConfigError, match="'proposer.dtype': float16 cannot be trained"):
         load_config(None, {"train.algo": "vpo", "proposer.dtype": "float16"})
     assert load_config(None, {"train.algo": "vpo", "search.group": 2}).train.algo == "vpo"
+    with pytest.raises(ConfigError, match="'train.group'"):
+        load_config(None, {"train.algo": "vpo", "train.group": 1})
+    # a search group of 1 is fine when the trained proposer samples its own train.group
+    assert load_config(None, {"train.algo": "vpo", "search.group": 1, "train.group": 4}).trained_group == 4
+
+
+def test_trained_group_is_train_group_only_while_training():
+    assert load_config(None, {"train.algo": "vpo", "search.group": 2, "train.group": 8}).trained_group == 8
+    assert load_config(None, {"train.algo": "none", "search.group": 2, "train.group": 8}).trained_group == 2
+    assert load_config(None, {"train.algo": "vpo", "search.group": 3, "train.group": None}).trained_group == 3
 
 
 def test_require_problems(tmp_path):
@@ -373,8 +383,8 @@ def test_vevo_train_reads_its_config_file_and_flags_into_the_sections(tmp_path):
                                                                        *argv]))
 
     c = cfg("--group", "4", "--lr", "0.01", "--train-covrl-alpha", "0.25", "--set", "search.answers=3")
-    assert (c.train.algo, c.search.group, c.train.lr, c.train.covrl.alpha, c.search.answers) == \
-        ("vpo", 4, 0.01, 0.25, 3)
+    assert (c.train.algo, c.train.group, c.trained_group, c.train.lr, c.train.covrl.alpha, c.search.answers) == \
+        ("vpo", 4, 4, 0.01, 0.25, 3)
     p = write(tmp_path, "train: {algo: grpo, batch: 3}\nsearch: {group: 3}\n")
     assert (cfg("--config", str(p)).train.algo, cfg("--config", str(p)).train.batch) == ("grpo", 3)
     assert cfg("--config", str(p), "--algo", "vpo", "--full").train.model_dump(include={"algo", "lora"}) == \

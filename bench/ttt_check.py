@@ -1,0 +1,180 @@
+"""Does a campaign's own-problem probe rise under the G = 8 training schedule? Issue #20's campaign-scale check,
+pre-registered in docs/results/ttt_check.md (plan written before the run, results after).
+
+Arms on ``pbe-hard-heldout``, bundled tiny proposer, 100 iterations, seeds 0..S-1, run one after another (the
+arms interleaved within a seed):
+
+* ``vpo-g8``: VPO, ``train.group 8`` (the trained proposer samples 8 completions per prompt), a step every
+  iteration on that iteration's group (``train.every 1``, ``train.batch 1``), one epoch, lr 1e-3;
+* ``none-g8``: no training, ``group 8``: the same search shape, so the two differ by the updates only.
+
+Both probe settings are the measurement, not the schedule: every own problem (12) and 12 held-out ones, 4
+completions each, before the first update and every 10 updates (evolve/probe.py: fixed prompts and sampling seed).
+The check: per seed, the least-squares slope of the own probe per 10 policy versions; its mean over seeds and
+95% t interval; met when the interval's lower end is > 0. ``none-g8`` never changes its policy, so its probe is
+the ``before`` value at every version (slope 0 by construction). The search metrics (best_auc, best, solved at
+equal evaluations; best_auc_wall, best_wall at equal wall clock) come from bench/search_study.py's functions.
+
+    .venv/bin/python bench/ttt_check.py                # 5 seeds (about 70 min on 2 quiet cores)
+    .venv/bin/python bench/ttt_check.py --quick        # 2 seeds x 6 iterations: the pipeline
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from search_study import at_wall, measure, probe_slope  # noqa: E402
+
+SUITE = "pbe-hard-heldout"
+PROBE = ["--train-probe-problems", "12", "--train-probe-group", "4"]  # --train-probe-every: --probe-every
+ARMS = {"vpo-g8": ["--train", "vpo", "--train-group", "8", "--train-every", "1", "--train-batch", "1", *PROBE],
+        "none-g8": ["--train", "none", "--group", "8"]}
+
+
+def fmt(v: float | None) -> str:
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:+.4f}"
+
+
+def run(run_dir: Path, arm: str, seed: int, iterations: int, probe_every: int) -> None:
+    if (run_dir / "archive.db").is_file():
+        from evolve.archive import Archive
+
+        with Archive(run_dir / "archive.db", readonly=True) as a:
+            ms = a.metrics_rows()
+        if ms and max(m.iteration for m in ms) >= iterations - 1:
+            return
+        args = ["resume", str(run_dir), "--iterations", str(iterations)]
+    else:
+        args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
+                "--seed", str(seed), *ARMS[arm], "--out", str(run_dir)]
+        if arm != "none-g8":
+            args += ["--train-probe-every", str(probe_every)]
+    subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+
+
+def interval(values: list[float]) -> tuple[float, float, float]:
+    """(mean, lower, upper) of a 95% t interval."""
+    from evolve.arms import t95
+
+    v = np.asarray(values, float)
+    if not v.size:
+        return float("nan"), float("nan"), float("nan")
+    half = t95(v.size - 1) * v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else float("nan")
+    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--probe-every", type=int, default=10, help="policy versions between probes")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs-dir", default="runs/ttt_check")
+    ap.add_argument("--out", default="docs/results")
+    args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.iterations, args.probe_every = 2, 6, 2
+    from evolve.arms import difference
+
+    runs = Path(args.runs_dir)
+    res: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
+    for seed in range(args.seeds):
+        for arm in ARMS:
+            d = runs / arm / f"seed-{seed}"
+            t = time.perf_counter()
+            run(d, arm, seed, args.iterations, args.probe_every)
+            res[arm][seed] = measure(d, args.iterations)
+            r = res[arm][seed]
+            print(f"seed {seed} {arm}: best_auc {r['best_auc']:.4f} solved {r['solved']:.0f} own slope "
+                  f"{probe_slope(r['learning'])} wall {r['account']['wall_seconds']:.0f}s "
+                  f"[{time.perf_counter() - t:.0f}s]", flush=True)
+    seeds = sorted(res["none-g8"])
+    for s in seeds:
+        horizon = min(res[a][s]["account"]["wall_seconds"] for a in ARMS)
+        for a in ARMS:
+            res[a][s]["best_auc_wall"], res[a][s]["best_wall"] = at_wall(res[a][s], horizon)
+    learn = {s: res["vpo-g8"][s]["learning"] for s in seeds}
+    own = [probe_slope(learn[s]) for s in seeds]
+    held = [probe_slope([{"step": r["step"], "probe_own": r["probe_heldout"]} for r in learn[s]]) for s in seeds]
+    first = [next(r["probe_own"] for r in learn[s] if r["probe_own"] is not None) for s in seeds]
+    last = [next(r["probe_own"] for r in reversed(learn[s]) if r["probe_own"] is not None) for s in seeds]
+    m, lo, hi = interval([v for v in own if v is not None])
+    hm, hlo, hhi = interval([v for v in held if v is not None])
+    met = lo > 0
+    lines = [f"Command: `python bench/ttt_check.py{' --quick' if args.quick else ''}` ({len(seeds)} seeds, "
+             f"{args.iterations} iterations, suite {SUITE}, probes every {args.probe_every} versions)", "",
+             "### The check: own-problem probe slope (vpo-g8), per 10 policy versions", "",
+             "| probe | per seed | mean | 95% CI |", "|---|---|---|---|",
+             f"| own | {', '.join(fmt(v) for v in own)} | {fmt(m)} | [{fmt(lo)}, {fmt(hi)}] |",
+             f"| held-out | {', '.join(fmt(v) for v in held)} | {fmt(hm)} | [{fmt(hlo)}, {fmt(hhi)}] |",
+             f"| own, before → last | {', '.join(f'{a:.3f}→{b:.3f}' for a, b in zip(first, last))} | "
+             f"{np.mean(first):.3f} → {np.mean(last):.3f} | |", "",
+             f"**{'Met' if met else 'Not met'}**: the interval's lower end is {fmt(lo)}. none-g8: slope 0 by "
+             "construction (its policy never changes).", "",
+             "### Search (paired by seed, vpo-g8 − none-g8)", "",
+             "| metric | budget | mean none-g8 | mean vpo-g8 | difference | 95% CI |", "|---|---|---|---|---|---|"]
+    for metric in ("best_auc", "best", "solved", "best_auc_wall", "best_wall"):
+        d = difference({s: res["none-g8"][s][metric] for s in seeds}, {s: res["vpo-g8"][s][metric] for s in seeds},
+                       metric, ("none-g8", "vpo-g8"))
+        budget = "equal wall-clock" if "wall" in metric else "equal evaluations"
+        lines.append(f"| {metric} | {budget} | {d.mean_a:.4f} | {d.mean_b:.4f} | {d.diff:+.4f} | "
+                     f"[{d.lo:+.4f}, {d.hi:+.4f}] |")
+    lines += ["", "### Compute (mean per run)", "", "| arm | wall s | generation s | tokens | evaluation s | "
+              "training s | steps | probes s |", "|---|---|---|---|---|---|---|---|"]
+    for a in ARMS:
+        acc = {k: np.mean([res[a][s]["account"][k] for s in seeds]) for k in res[a][seeds[0]]["account"]}
+        lines.append(f"| {a} | {acc['wall_seconds']:.0f} | {acc['gen_seconds']:.0f} | {acc['gen_tokens']:.0f} | "
+                     f"{acc['eval_seconds']:.0f} | {acc['train_seconds']:.0f} | {acc['train_steps']:.0f} | "
+                     f"{acc['probe_seconds']:.0f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = runs if args.quick else Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "ttt_check_table.md").write_text(text)
+    (out / "ttt_check.json").write_text(json.dumps(
+        {"seeds": seeds, "iterations": args.iterations, "suite": SUITE, "arms": ARMS, "own_slopes": own,
+         "heldout_slopes": held, "met": met,
+         "learning": learn}, indent=1, default=float))
+    plot(learn, seeds, out)
+
+
+def plot(learn: dict[int, list[dict]], seeds: list[int], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, style, colour in (("probe_own", "-", "tab:blue"), ("probe_heldout", "--", "tab:orange")):
+        for s in seeds:
+            pts = [(r["step"], r[key]) for r in learn[s] if r[key] is not None]
+            if pts:
+                x, y = zip(*pts)
+                ax.plot(x, y, style, color=colour, alpha=0.3, lw=1)
+        steps = sorted({r["step"] for s in seeds for r in learn[s] if r[key] is not None})
+        means = [np.mean([r[key] for s in seeds for r in learn[s] if r["step"] == k and r[key] is not None])
+                 for k in steps]
+        ax.plot(steps, means, style, color=colour, lw=2.5, marker="o",
+                label=f"{'own' if key == 'probe_own' else 'held-out'} (mean of {len(seeds)} seeds)")
+    ax.set(xlabel="policy version (one VPO step per iteration)", ylabel="probe mean set reward",
+           title="vpo-g8 on pbe-hard-heldout: fixed probes (thin: seeds)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "ttt_check.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -61,6 +61,7 @@ def test_sections_and_dotted_overrides(tmp_path):
     ("workers: 3\n", "workers", "executor.workers"),
     ("train: {covrl_alpha: 0.1}\n", "train.covrl_alpha", "train.covrl.alpha"),
     ("train_covrl_share: 0.1\n", "train_covrl_share", "train.covrl.share"),
+    ("train_group: 4\n", "train_group", "train.group"),
     ("proposer: tiny\n", "proposer", "proposer.spec"),
     ("proposer_threads: 2\n", "proposer_threads", "proposer.threads"),
     ("vllm_sleep: true\n", "vllm_sleep", "proposer.options.sleep"),

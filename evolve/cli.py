@@ -291,7 +291,7 @@ def cmd_run(args) -> int:
             if v not in (None, []):
                 overrides[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
         # dotted keys, merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
-        cfg = load_config(args.config, {**overrides, **_set_overrides(args.set)})
+        cfg = load_config(args.config, {**overrides, **_set_overrides(args.set)}, "--set")
         if not (cfg.problems or cfg.suite or cfg.problems_dir):
             print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
                   file=sys.stderr)
@@ -560,9 +560,9 @@ def _train_config(args):
         if v is not None:
             over[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
     over.update(_set_overrides(args.set))
-    cfg = load_config(args.config, over)
+    cfg = load_config(args.config, over, "--set")
     if cfg.train.algo == "none" and "train.algo" not in over:  # neither the flags nor the file name one: vpo
-        cfg = load_config(args.config, {"train.algo": "vpo", **over})
+        cfg = load_config(args.config, {"train.algo": "vpo", **over}, "--set")
     if cfg.train.algo == "none":
         raise UserError("vevo train: train.algo is 'none'; give --algo (vpo, grpo, ...)")
     return cfg

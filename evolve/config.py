@@ -500,15 +500,16 @@ def _validate(data: dict[str, Any], source: str) -> CampaignConfig:
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CampaignConfig:
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                overrides_source: str = "overrides") -> CampaignConfig:
     """Read the YAML file (missing path: defaults), apply overrides whose value is not None, validate.
 
     ``overrides`` map dotted keys (``train.lr``) or sections (``{"search": {...}}``) to values. Every failure is a
     ConfigError with a one-line message naming the file and the key; a key of an earlier version names its new
-    spelling."""
+    spelling (in an override: after ``overrides_source``, e.g. "--set")."""
     source = str(path) if path is not None else "<config>"
     data = _no_legacy(_read_yaml(Path(path)), source) if path is not None else {}
-    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), "overrides")
+    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), overrides_source)
     return _validate(merge(data, over), source)
 
 

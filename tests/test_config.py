@@ -403,3 +403,11 @@ def test_a_portfolio_member_gets_its_own_backend_options():
     assert made == [("vllm:/m", {"sleep": True}), ("tiny", {})]
     kw = backend_kwargs(cfg, "vllm:/m", cfg.proposers[0].options)
     assert kw["enable_sleep_mode"] is True and kw["gpu_memory_utilization"] == 0.85
+
+
+def test_an_old_key_in_set_is_a_one_line_cli_error(capsys):
+    from evolve import cli
+
+    assert cli.main(["run", "--suite", "pbe", "--set", "train_lr=1e-4", "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "vevo: error: --set: 'train_lr' is now 'train.lr'\n"

@@ -218,7 +218,7 @@ class ProposerSection(StrictModel):
         "keeps its trainable weights in fp32 whatever this is")
     options: dict[str, Any] = Field(default_factory=dict, description="the backend's own options, declared by its "
                                     "factory (proposer/backends/options.py), e.g. vllm: gpu_memory_utilization, "
-                                    "sleep, tensor_parallel_size; vllm-ray also replicas, restarts")
+                                    "tensor_parallel_size, sleep; vllm-ray: the first two, replicas, restarts")
 
     @model_validator(mode="after")
     def _options_fit_spec(self) -> "ProposerSection":

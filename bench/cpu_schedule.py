@@ -38,10 +38,10 @@ def main() -> None:
             walls = []
             for r in range(a.repeats):
                 out = base / f"{depth}-{threads}-{r}"
-                cfg = load_config(None, {"suite": a.suite, "proposer": "tiny", "iterations": a.iterations,
-                                         "islands": 1, "answers": 4, "group": 2, "seed": 0, "workers": 2,
-                                         "pipeline_depth": depth, "proposer_threads": threads, "out": str(out),
-                                         "retire_solved": False})
+                cfg = load_config(None, {"suite": a.suite, "proposer.spec": "tiny", "search.iterations": a.iterations,
+                                         "search.islands": 1, "search.answers": 4, "search.group": 2, "seed": 0,
+                                         "executor.workers": 2, "search.pipeline_depth": depth,
+                                         "proposer.threads": threads, "out": str(out), "search.retire_solved": False})
                 t = time.perf_counter()
                 _, summary = runner.start(cfg, progress=False)
                 walls.append(time.perf_counter() - t)

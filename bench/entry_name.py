@@ -36,8 +36,8 @@ def main() -> None:
                 backend = make_backend("tiny", seed=seed)
                 if mode == "as-is":
                     backend.entry_name = None
-                cfg = load_config(None, {"problems_dir": [str(probs)], "iterations": args.iterations, "seed": seed,
-                                         "out": str(Path(tmp) / f"{mode}-{seed}")})
+                cfg = load_config(None, {"problems_dir": [str(probs)], "search.iterations": args.iterations,
+                                         "seed": seed, "out": str(Path(tmp) / f"{mode}-{seed}")})
                 _, s = start(cfg, progress=False, backend=backend)
                 b = s["best"]["sq"]
                 print(f"{mode:8s} {seed:4d}  {b['scalar']:.3f}  {str(bool(s['solved'])):6s}  {s['status_counts']}",

@@ -63,25 +63,14 @@ if "$PYTHON" -c "import vllm" 2>/dev/null; then
   if [ -n "$TINY" ]; then ITER=6; EVERY=2; TOK=64; else ITER=24; EVERY=4; TOK=256; fi
   cat > "$WORK/campaign.yaml" <<YAML
 suite: pbe-train
-proposer: vllm:$WORK/model
-iterations: $ITER
-islands: 2
-answers: 2
-group: 4
-max_tokens: $TOK
-temperature: 0.8
-top_p: 0.95
-workers: 4
-retire_solved: false
-train: vpo
-train_every: $EVERY
-train_batch: 4
-train_lr: 0.0001
-train_lora_rank: 16
-train_micro_batch: 4
-train_grad_checkpointing: true
-vllm_sleep: true
-proposer_dtype: $([ -n "$TINY" ] && echo float32 || echo bfloat16)
+proposer:
+  spec: vllm:$WORK/model
+  dtype: $([ -n "$TINY" ] && echo float32 || echo bfloat16)
+  options: {sleep: true}
+search: {iterations: $ITER, islands: 2, answers: 2, group: 4, retire_solved: false}
+sampling: {max_tokens: $TOK, temperature: 0.8, top_p: 0.95}
+executor: {workers: 4}
+train: {algo: vpo, every: $EVERY, batch: 4, lr: 0.0001, lora_rank: 16, micro_batch: 4, grad_checkpointing: true}
 seed: 0
 YAML
   step campaign "$PYTHON" -m evolve.cli run "$WORK/campaign.yaml" --out "$WORK/run" --quiet

@@ -179,8 +179,9 @@ def run_vevo(run_dir: str | Path, programs: int, depth: int, m: int = 4, group: 
     problem = bench_problem()
     probs = [problem] if n_problems == 1 else \
         [dataclasses.replace(problem, id=f"{problem.id}#{k}") for k in range(n_problems)]
-    cfg = CampaignConfig(problems=[p.id for p in probs], proposer="fresh", iterations=iterations, islands=islands,
-                         answers=m, group=group, seed=seed, pipeline_depth=depth, portfolio={"policy": policy})
+    cfg = CampaignConfig(problems=[p.id for p in probs], proposer={"spec": "fresh"}, seed=seed,
+                         search={"iterations": iterations, "islands": islands, "answers": m, "group": group,
+                                 "pipeline_depth": depth}, portfolio={"policy": policy})
     stamps: list[float] = []
     seen: list[int] = []
 
@@ -705,8 +706,9 @@ def scale_config(problems: list, iterations: int, depth: int, m: int = 4, group:
                  seed: int = 0):
     from evolve.config import CampaignConfig
 
-    return CampaignConfig(problems=[p.id for p in problems], proposer="fresh", iterations=iterations,
-                          islands=islands, answers=m, group=group, seed=seed, pipeline_depth=depth)
+    return CampaignConfig(problems=[p.id for p in problems], proposer={"spec": "fresh"}, seed=seed,
+                          search={"iterations": iterations, "islands": islands, "answers": m, "group": group,
+                                  "pipeline_depth": depth})
 
 
 def rss_bytes(field: str = "VmRSS") -> int:
@@ -778,8 +780,8 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     conn.execute("PRAGMA synchronous=OFF")
     rng = random.Random(seed)
     keys = [(p.id, k) for p in probs for k in range(islands)]
-    capacity = cfg.selection.island_capacity
-    member = member_name(cfg.proposer)
+    capacity = cfg.search.island_capacity
+    member = member_name(cfg.proposer.spec)
     sp = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
                         max_tokens=cfg.sampling.max_tokens).to_dict()
     template, prompt, d, astkey = {}, {}, {}, {}

@@ -64,10 +64,11 @@ def one(tmp: Path, name: str, depth: int, a, workload: str, ray_address: str | N
     replay = replay_file(tmp / f"{workload}.jsonl", 4 * a.iterations, a.eval_s if workload != "cpu" else 0)
     workers = 2 if workload == "cpu" else 8
     run = tmp / name
-    cfg = load_config(None, {"problems": [p.id for p in probs], "proposer": f"replay:{replay}",
-                             "iterations": a.iterations, "islands": 1, "answers": 1, "group": 2, "seed": 0,
-                             "pipeline_depth": depth, "retire_solved": False, "workers": workers,
-                             "eval_timeout": 10.0, "out": str(run)})
+    cfg = load_config(None, {"problems": [p.id for p in probs], "proposer.spec": f"replay:{replay}",
+                             "search.iterations": a.iterations, "search.islands": 1, "search.answers": 1,
+                             "search.group": 2, "seed": 0, "search.pipeline_depth": depth,
+                             "search.retire_solved": False, "executor.workers": workers,
+                             "executor.eval_timeout": 10.0, "out": str(run)})
     backend = SlowReplay(replay, a.gen_s if workload != "cpu" else 0.0)
     if ray_address:
         from evaluators.ray_executor import RayExecutor

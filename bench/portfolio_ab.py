@@ -46,8 +46,9 @@ def paired(diffs: list[float]) -> dict:
 
 
 def config(args, seed: int) -> dict:
-    return {"suite": args.suite, "iterations": args.iterations, "islands": args.islands, "answers": args.answers,
-            "group": args.group, "seed": seed, "train": {"algo": "vpo", "every": args.train_every},
+    return {"suite": args.suite, "seed": seed, "train": {"algo": "vpo", "every": args.train_every},
+            "search": {"iterations": args.iterations, "islands": args.islands, "answers": args.answers,
+                       "group": args.group},
             "proposers": [{"name": "policy", "spec": "tiny", "train": True},
                           {"name": "base", "spec": "tiny", "train": False}],
             "portfolio": {"policy": "round_robin"}}

@@ -47,9 +47,10 @@ class SerialLM(TinyLM):
 
 def one(tmp: Path, name: str, urls: list[str], depth: int, a) -> tuple[float, list]:
     spec = "openai:" + ",".join(urls)
-    cfg = load_config(None, {"problems": ["pbe/int-0", "pbe/list-1"], "proposer": spec, "iterations": a.iterations,
-                             "islands": 2, "answers": 2, "group": 2, "workers": 2, "max_tokens": a.max_tokens,
-                             "seed": 4, "retire_solved": False, "pipeline_depth": depth, "out": str(tmp / name)})
+    cfg = load_config(None, {"problems": ["pbe/int-0", "pbe/list-1"], "proposer.spec": spec,
+                             "search.iterations": a.iterations, "search.islands": 2, "search.answers": 2,
+                             "search.group": 2, "executor.workers": 2, "sampling.max_tokens": a.max_tokens, "seed": 4,
+                             "search.retire_solved": False, "search.pipeline_depth": depth, "out": str(tmp / name)})
     backend = make_backend(spec, model=MODEL_NAME, chat=False)
     t0 = time.perf_counter()
     start(cfg, progress=False, backend=backend)

@@ -57,8 +57,9 @@ def quality(args, log) -> dict:
             t = time.perf_counter()
             hist = []
             if algo != "untrained":
-                run_cfg = d.model_copy(update={"answers": args.answers, "group": args.group, "seed": 0,
-                                               "train": d.train.model_copy(update={"algo": algo, "batch": args.batch})})
+                run_cfg = d.model_copy(update={"seed": 0, "search": d.search.model_copy(
+                    update={"answers": args.answers, "group": args.group}),
+                    "train": d.train.model_copy(update={"algo": algo, "batch": args.batch})})
                 hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)
             t_train = time.perf_counter() - t
             with torch.no_grad():
@@ -93,7 +94,7 @@ def search(args, runs_dir: Path, log) -> dict:
                        "--islands", "2", "--answers", str(args.answers), "--group", "2", "--seed", str(seed),
                        "--train", algo, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
                 if reward:
-                    cmd += ["--set", f"train_reward={reward}"]
+                    cmd += ["--set", f"train.reward={reward}"]
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 log(f"(b) {arm} seed {seed}: {time.perf_counter() - t:.0f} s")

@@ -81,7 +81,8 @@ def run(cfg, args, train_probs, held, pool, probes, before) -> dict:
     if lr > 0:
         from evolve.config import CampaignConfig
 
-        run_cfg = CampaignConfig(answers=args.answers, group=group, seed=0, sampling={"max_tokens": args.max_tokens},
+        run_cfg = CampaignConfig(search={"answers": args.answers, "group": group}, seed=0,
+                                 sampling={"max_tokens": args.max_tokens},
                                  train={"algo": "vpo", "batch": args.batch, "lr": lr, "lora": rank > 0,
                                         "lora_rank": max(rank, 1), "epochs": epochs, "probe_every": 0})
         hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)

@@ -42,8 +42,8 @@ def run_campaign(run_dir: Path, problems: list[str], seed: int, train: dict, gro
 
     db = run_dir / "archive.db"
     if not (db.is_file() and _finished(db, iterations)):
-        cfg = {"problems": problems, "proposer": "tiny", "iterations": iterations, "islands": 2, "answers": 4,
-               "group": group, "seed": seed, "train": {"algo": "vpo", **train}}
+        cfg = {"problems": problems, "proposer": {"spec": "tiny"}, "seed": seed, "train": {"algo": "vpo", **train},
+               "search": {"iterations": iterations, "islands": 2, "answers": 4, "group": group}}
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir.parent / f"{run_dir.name}.json").write_text(json.dumps(cfg))
         args = [sys.executable, "-m", "evolve.cli", "resume" if db.is_file() else "run"]
@@ -72,12 +72,12 @@ def probe_after(run_dir: Path, pool, k: int, group: int) -> dict:
     import torch
 
     from evolve.campaign_training import CampaignTrainer
-    from evolve.config import load_config
+    from evolve.config import load_run_config
     from evolve.probe import Prober
     from problems.registry import Registry
     from proposer.backends import make_backend
 
-    cfg = load_config(run_dir / "config.yaml")
+    cfg = load_run_config(run_dir / "config.yaml")
     reg = Registry()
     reg.load_builtins()
     problems = [reg.get(p) for p in cfg.problems]
@@ -87,7 +87,7 @@ def probe_after(run_dir: Path, pool, k: int, group: int) -> dict:
         backend = make_backend("tiny")
         if when == "after":
             CampaignTrainer(cfg, run_dir, backend)  # loads and publishes the last snapshot, as a resume does
-        prober = Prober(problems, seed=cfg.seed, k=k, group=group, m=cfg.answers,
+        prober = Prober(problems, seed=cfg.seed, k=k, group=group, m=cfg.search.answers,
                         temperature=cfg.sampling.temperature, max_tokens=cfg.sampling.max_tokens, style="compact")
         with torch.no_grad():
             r = prober.run(backend, pool)

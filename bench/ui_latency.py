@@ -35,7 +35,7 @@ def main() -> None:
         run = Path(tmp) / "run"
         archive = Archive(run / "archive.db")
         archive.set_meta("problems", json.dumps(["p"]))
-        archive.set_meta("config", json.dumps({"iterations": 10 ** 6}))
+        archive.set_meta("config", json.dumps({"search": {"iterations": 10 ** 6}}))
 
         def commit(it: int) -> None:
             archive.record_iteration(it, [], [ProgramRecord(problem="p", island=0, code=f"x = {it}\n",

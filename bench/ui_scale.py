@@ -37,7 +37,7 @@ def build(run_dir: Path, programs: int = 100_000, problems: int = 50, seed: int 
     run_dir.mkdir(parents=True, exist_ok=True)
     pids = [f"synth/p{k:02d}" for k in range(problems)]
     weights = [0.2] + [0.8 / (problems - 1)] * (problems - 1)
-    config = {"iterations": 10 ** 9, "islands": 2, "answers": M, "group": G, "train": {"algo": "vpo"}}
+    config = {"search": {"iterations": 10 ** 9, "islands": 2, "answers": M, "group": G}, "train": {"algo": "vpo"}}
     members: dict[tuple[str, int], list[tuple[int, list[float]]]] = {}
     next_id, version, step = 1, 0, 0
     with Archive(run_dir / "archive.db") as a:

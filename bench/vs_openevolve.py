@@ -193,8 +193,9 @@ def run_vevo(folder: Path, evaluations: int, seed: int, out: Path) -> dict:
 
     answers, group = 4, 2
     iterations = max(1, evaluations // (answers * group))
-    cfg = CampaignConfig(problems_dir=[str(folder)], problems=[folder.name], iterations=iterations, islands=2,
-                         answers=answers, group=group, workers=1, seed=seed, out=str(out), proposer="tiny")
+    cfg = CampaignConfig(problems_dir=[str(folder)], problems=[folder.name], seed=seed, out=str(out),
+                         proposer={"spec": "tiny"}, executor={"workers": 1},
+                         search={"iterations": iterations, "islands": 2, "answers": answers, "group": group})
     t0 = time.time()
     _, summary = start(cfg, progress=False)
     with sqlite3.connect(out / "archive.db") as db:

@@ -5,7 +5,7 @@ the sandboxes run. ``local`` is one warm ``SandboxPool`` in this process; ``ray`
 of a Ray cluster (``evaluators/ray_executor.py``). Each sandbox is the same, so for a given input an executor
 changes where an evaluation happens, never its result. With ``pipeline_depth`` D > 1 the campaign calls
 ``evaluate_many`` from D threads at once (one batch each): an executor must take concurrent calls. An executor
-is built from an ``ExecutorSpec`` (evolve/ makes one from the run config's ``executor`` and ``sandbox`` sections).
+is built from an ``ExecutorSpec`` (evolve/ makes one from the run config's ``executor`` section).
 """
 from __future__ import annotations
 

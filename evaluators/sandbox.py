@@ -5,7 +5,7 @@ same namespaces and allow-list root inside a user namespace the user owns) → `
 the filesystem restricted to the interpreter and the box by Landlock, signals scoped where the ABI allows) →
 ``none``. Every mode adds the seccomp filter where the kernel takes one. ``none`` runs untrusted code with the
 user's full rights, so a pool refuses it (``SandboxUnavailable``, one line naming what was missing and why) unless
-the user opted in by name (``--unsafe-no-sandbox``, config ``sandbox.unsafe_no_sandbox``).
+the user opted in by name (``--unsafe-no-sandbox``, config ``executor.unsafe_no_sandbox``).
 
 Each probe runs in a forked child, so nothing it tries (a namespace, a filter) sticks to the caller.
 """
@@ -23,7 +23,7 @@ from .forked import in_child
 _libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWIPC = \
     0x10000000, 0x00020000, 0x20000000, 0x40000000, 0x08000000
-OPT_IN = "--unsafe-no-sandbox (config sandbox.unsafe_no_sandbox: true)"
+OPT_IN = "--unsafe-no-sandbox (config executor.unsafe_no_sandbox: true)"
 
 
 class SandboxUnavailable(VevoError):

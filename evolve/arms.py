@@ -114,11 +114,12 @@ def curve_metrics(xs: np.ndarray, solved: np.ndarray, best: np.ndarray, horizon:
 
 def run_metrics(run_dir: str | Path) -> dict[str, float]:
     from .archive import Archive
+    from .config_legacy import upgrade
     from .curves import run_curves
 
     db = Path(run_dir) / "archive.db"
     with Archive(db, readonly=True) as a:
-        budget = json.loads(a.get_meta("config") or "{}").get("iterations") or 0
+        budget = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {}).get("iterations") or 0
     xs, solved, best = run_curves(db, "iterations")
     return curve_metrics(xs, solved, best, int(budget))
 

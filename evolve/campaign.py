@@ -137,9 +137,9 @@ class Campaign:
         self.cfg, self.backend, self.evaluator = cfg, backend, evaluator
         self.trainer, self.on_iteration = trainer, on_iteration
         if members is None:
-            members = [(Arm(name=member_name(cfg.proposer), spec=cfg.proposer, train=cfg.train.algo != "none"),
-                        backend)]
-        self.portfolio = Portfolio([a for a, _ in members], cfg.portfolio, cfg.seed, cfg.pipeline_depth)
+            spec = cfg.proposer.spec
+            members = [(Arm(name=member_name(spec), spec=spec, train=cfg.train.algo != "none"), backend)]
+        self.portfolio = Portfolio([a for a, _ in members], cfg.portfolio, cfg.seed, cfg.search.pipeline_depth)
         self.members = {a.name: (a, b) for a, b in members}
         # instruct models (backend.chat: template in use) get the fuller English prompt; the tiny one compact
         self.prompt_style = "chat" if getattr(backend, "chat", False) is True else "compact"
@@ -151,11 +151,10 @@ class Campaign:
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
         self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
         self.reporter = as_reporter(progress)  # the caller's: it outlives the campaign (seeds, summary)
-        self.population = Population(self.order, cfg.islands, cfg.seed, cfg.selection, cfg.retire_solved,
-                                     archive=self.archive)
-        self.health = health.Health(stall=max(20, cfg.iterations // 4))
+        self.population = Population(self.order, cfg.search, cfg.seed, archive=self.archive)
+        self.health = health.Health(stall=max(20, cfg.search.iterations // 4))
         self.pipeline: Pipeline[Screened] = Pipeline(
-            cfg.pipeline_depth, all(has(b, CONCURRENT) for _, b in members), self.reporter)  # generated at once
+            cfg.search.pipeline_depth, all(has(b, CONCURRENT) for _, b in members), self.reporter)  # generated at once
         self.iteration = -1  # last committed
         self.evals_run = 0  # sandbox evaluations this process ran, for the rate
         self._rate = Rate(0)
@@ -163,7 +162,7 @@ class Campaign:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> dict:
-        """Run (or continue) until cfg.iterations island steps are recorded or every problem is retired."""
+        """Run (or continue) until cfg.search.iterations island steps are recorded or every problem is retired."""
         self._clock = (time.monotonic(), 0.0)
         pending = self._restore()
         if pending is None:
@@ -172,9 +171,9 @@ class Campaign:
         else:  # this start's config: `vevo resume --iterations` may have moved the budget (ui status, curves)
             self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
         self._rate = Rate(self.evals_run)
-        self.reporter.begin(self.cfg.iterations, self.iteration)
+        self.reporter.begin(self.cfg.search.iterations, self.iteration)
         try:
-            self.pipeline.run(self, pending, self.iteration + 1 + len(pending), self.cfg.iterations)
+            self.pipeline.run(self, pending, self.iteration + 1 + len(pending), self.cfg.search.iterations)
         finally:
             self.reporter.end()
         return self.summary()
@@ -204,7 +203,7 @@ class Campaign:
             if pid not in self.problems:
                 raise ResumeError(f"run was started with problem {pid!r}, which is not available now")
         # dedupe index, best scores, baselines, first solves; the health monitor sees the same iterations again
-        done = replay(self.archive, it, self.problems, pop.known, self.health, self.cfg.answers)
+        done = replay(self.archive, it, self.problems, pop.known, self.health, self.cfg.search.answers)
         pop.best, pop.baseline, pop.solved = done.best, done.baseline, done.solved
         if done.wall_seconds is not None:  # the clock continues where it stopped
             self._clock = (self._clock[0], done.wall_seconds)
@@ -265,7 +264,7 @@ class Campaign:
         for i, (pid, ev, p) in enumerate(zip(self.order, evs, progs)):
             pop.add_seed(first + i, pid, p.code, ev, p.ast_hash)
         metrics = {"seeds": len(evs), "eval_seconds": time.perf_counter() - t0, "solved": len(pop.solved)}
-        self.health.observe(health.observation(0, metrics, self.cfg.answers,
+        self.health.observe(health.observation(0, metrics, self.cfg.search.answers,
                                                [_outcome(p.problem, p.evaluation) for p in progs]))
         ids = self._record(0, [], progs, metrics, [])
         assert ids == list(range(first, first + len(progs))), "archive ids are not sequential"
@@ -282,7 +281,7 @@ class Campaign:
         parent, insp_ids = self.population.select(key)
         stale = sum((b.problem, b.island) == key for b in in_flight)  # its island's batches in flight
         problem, cache = self.problems[key[0]], self.population.cache
-        prompt = scoring.parent_prompt(problem, cache[parent], arm.answers or self.cfg.answers,
+        prompt = scoring.parent_prompt(problem, cache[parent], arm.answers or self.cfg.search.answers,
                                        inspirations=[cache[j] for j in insp_ids],
                                        style=self.prompt_styles[arm.name], reasoning=self.cfg.sampling.reasoning,
                                        mode=self.cfg.sampling.answer_mode, labels=self.labels[problem.id],
@@ -302,7 +301,7 @@ class Campaign:
         arm, backend = self.arm(batch)
         sp = SamplingParams(temperature=s.temperature if arm.temperature is None else arm.temperature, top_p=s.top_p,
                             max_tokens=s.max_tokens, seed=(self.cfg.seed * 1_000_003 + batch.iteration) % (2**31))
-        out = backend.generate([batch.prompt], self.cfg.trained_group if arm.train else self.cfg.group, sp)
+        out = backend.generate([batch.prompt], self.cfg.trained_group if arm.train else self.cfg.search.group, sp)
         batch.gen_seconds = time.perf_counter() - t0
         batch.completions = list(out[0]) if out else []
         batch.generated = True
@@ -325,9 +324,9 @@ class Campaign:
             known = KnownBefore(known, batch.known_limit)
         code = self.population.cache[batch.parent_id].code
         arm, backend = self.arm(batch)
-        tri = triage([c.text for c in batch.completions], code, arm.answers or self.cfg.answers, known,
+        tri = triage([c.text for c in batch.completions], code, arm.answers or self.cfg.search.answers, known,
                      self._renaming(batch.problem, code, backend))
-        evs = scoring.evaluate(tri, self.problems[batch.problem], self.evaluator, self.cfg.sandbox.eval_timeout)
+        evs = scoring.evaluate(tri, self.problems[batch.problem], self.evaluator, self.cfg.executor.eval_timeout)
         return Screened(batch, tri, evs, time.perf_counter() - t0)
 
     def commit(self, screened: Screened, in_flight: list[Batch]) -> None:
@@ -384,7 +383,7 @@ class Campaign:
                  for i, c in enumerate(b.completions)]
         version = b.completions[0].policy_version if b.completions else 0
         group = GroupRecord(problem=b.problem, island=b.island, parent_id=b.parent_id, prompt=b.prompt,
-                            m=arm.answers or self.cfg.answers, completions=comps, policy_version=version)
+                            m=arm.answers or self.cfg.search.answers, completions=comps, policy_version=version)
         first = pop.n_programs + 1
         key = (b.problem, b.island)
         pop.add(key, first, out.programs, b.iteration)
@@ -401,7 +400,7 @@ class Campaign:
                                for p in out.programs if p.ast_hash is not None])
         self.portfolio.observe(b.iteration, arm.name, reward)
         record = PortfolioRecord(arm.name, version, reward, self.portfolio.state(b.iteration))
-        warnings = self.health.observe(health.observation(b.iteration, metrics, arm.answers or self.cfg.answers,
+        warnings = self.health.observe(health.observation(b.iteration, metrics, arm.answers or self.cfg.search.answers,
                                                           [_outcome(p.problem, p.evaluation) for p in out.programs]))
         if warnings:
             metrics["warnings"] = warnings

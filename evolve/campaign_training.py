@@ -76,8 +76,8 @@ class CampaignTrainer:
                                     f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
             from proposer.backends.hf import HFBackend
 
-            self.learner = HFBackend(backend.path, threads=cfg.proposer_threads, chat=False,
-                                     dtype=None if cfg.proposer_dtype == "auto" else cfg.proposer_dtype)
+            self.learner = HFBackend(backend.path, threads=cfg.proposer.threads, chat=False,
+                                     dtype=None if cfg.proposer.dtype == "auto" else cfg.proposer.dtype)
         self.trainer = build_trainer(self.learner, cfg)  # evolve/trainer_setup.py, as `vevo train`
         self.covrl = None
         if "covrl" in self.algo:
@@ -219,7 +219,7 @@ class CampaignTrainer:
             from .probe import Prober
 
             self.prober = Prober(list(camp.problems.values()), seed=self.cfg.seed, k=self.cfg.train.probe_problems,
-                                 group=self.cfg.train.probe_group, m=self.cfg.answers,
+                                 group=self.cfg.train.probe_group, m=self.cfg.search.answers,
                                  temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
                                  style=camp.prompt_style)
         camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
@@ -238,7 +238,7 @@ class CampaignTrainer:
         if self.covrl is not None:
             from evolve.covrl_campaign import is_covrl_step
 
-            if is_covrl_step(self.algo, iteration, self.cfg.train.every, self.cfg.train.covrl_share):
+            if is_covrl_step(self.algo, iteration, self.cfg.train.every, self.cfg.train.covrl.share):
                 return self._train_covrl(camp, iteration, groups, raw_mats, comps)
         algo = "vpo" if self.algo == "vpo+covrl" else self.algo
         mats = self._shaped(camp.archive, groups, raw_mats, comps)

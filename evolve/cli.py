@@ -235,17 +235,22 @@ def _chat_value(text: str | None):
 
 
 def _backend_kw(spec: str, chat: str | None) -> dict:
-    """Keyword arguments for make_backend from `vevo train/eval` flags (chat goes to hf, vllm, vllm-ray, openai)."""
-    kind = "hf" if spec == "tiny" else spec.partition(":")[0]
-    return {"chat": _chat_value(chat)} if chat is not None and kind in ("hf", "vllm", "vllm-ray", "openai") else {}
+    """Keyword arguments for make_backend from `vevo train/eval` flags: --chat, to a backend whose options model
+    passes a chat setting on (proposer/backends/options.py)."""
+    from proposer.backends import backend_kwargs
+    from proposer.backends.options import BackendRun
+
+    if chat is None or "chat" not in backend_kwargs(spec, {}, BackendRun(chat=True)):
+        return {}
+    return {"chat": _chat_value(chat)}
 
 
 def _set_overrides(items: list[str]) -> dict:
-    """--set KEY=VALUE (repeatable): any config key, the value read as YAML (1e-4, true, [a, b])."""
+    """--set KEY=VALUE (repeatable): any dotted config key (train.lr, search.selection.method), the value read as
+    YAML (1e-4, true, [a, b]); a later one wins."""
     import yaml
 
     out: dict = {}
-    dotted: dict = {}
     for item in items or []:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
@@ -254,14 +259,8 @@ def _set_overrides(items: list[str]) -> dict:
             value = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
-        section, dot, sub_key = key.strip().partition(".")
-        if dot:  # train.lr=1e-4: the sectioned spelling
-            dotted.setdefault(section, {})[sub_key] = value
-        else:
-            out[key.strip()] = value
-    from .config import merge, nest
-
-    return merge(nest(out, "--set"), nest(dotted, "--set"))  # `--set train=grpo --set train.lr=1e-4`: both
+        out[key.strip()] = value
+    return out
 
 
 def _reporter(args):
@@ -283,7 +282,7 @@ def cmd_run(args) -> int:
         raise UserError("--seed and --seeds: give one of them")
     with _reporter(args) as rep:
         rep.phase("reading the config", announce=False)  # the JSON log only: a bad config is the one line
-        from .config import flag_value, load_config, merge, nest, run_flags
+        from .config import flag_value, load_config, run_flags
         from .runner import start, start_seeds
 
         overrides = {}
@@ -291,9 +290,8 @@ def cmd_run(args) -> int:
             v = getattr(args, f.key, None)
             if v not in (None, []):
                 overrides[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
-        # sections merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
-        overrides = merge(nest(overrides, "flags"), _set_overrides(args.set))
-        cfg = load_config(args.config, overrides)
+        # dotted keys, merged key by key: `--train vpo --set train.lr=1e-4` keeps both (--set wins on the same key)
+        cfg = load_config(args.config, {**overrides, **_set_overrides(args.set)}, "--set")
         if not (cfg.problems or cfg.suite or cfg.problems_dir):
             print("vevo: no problems given (--suite, --problem or --problems-dir): running the built-in suite 'pbe'",
                   file=sys.stderr)
@@ -544,24 +542,27 @@ def _study_setup(args, rep):
 
 
 # `vevo train` flags that name a run-config key (the rest of the train section: its generated --train-* flags)
-TRAIN_FLAG_KEYS = {"algo": "train", "batch": "train_batch", "lr": "train_lr", "probe_every": "train_probe_every",
-                   "group": "train_group", "answers": "answers", "seed": "seed", "max_tokens": "max_tokens"}
-TRAIN_ONLY_IN_CAMPAIGNS = ("train_every", "train_replay_older", "train_covrl_share")  # no campaign, no schedule
+TRAIN_FLAG_KEYS = {"algo": "train.algo", "batch": "train.batch", "lr": "train.lr", "probe_every": "train.probe_every",
+                   "group": "train.group", "answers": "search.answers", "seed": "seed",
+                   "max_tokens": "sampling.max_tokens"}
+TRAIN_ONLY_IN_CAMPAIGNS = ("train.every", "train.replay_older", "train.covrl.share")  # no campaign, no schedule
 
 
 def _train_config(args):
     """`vevo train`'s run config: --config FILE, then its flags, then --set; the defaults are a campaign's."""
-    from .config import flag_value, load_config, merge, nest, run_flags
+    from .config import flag_value, load_config, run_flags
 
     over = {key: getattr(args, flag) for flag, key in TRAIN_FLAG_KEYS.items() if getattr(args, flag, None) is not None}
     if args.full:
-        over["train_lora"] = False
+        over["train.lora"] = False
     for f in run_flags():
         v = getattr(args, f.key, None) if f.group == "train" and f.key not in over else None
         if v is not None:
             over[f.key] = flag_value(f.kind, v) if isinstance(v, str) else v
-    over.setdefault("train", "vpo")
-    cfg = load_config(args.config, merge(nest(over, "flags"), _set_overrides(args.set)))
+    over.update(_set_overrides(args.set))
+    cfg = load_config(args.config, over, "--set")
+    if cfg.train.algo == "none" and "train.algo" not in over:  # neither the flags nor the file name one: vpo
+        cfg = load_config(args.config, {"train.algo": "vpo", **over}, "--set")
     if cfg.train.algo == "none":
         raise UserError("vevo train: train.algo is 'none'; give --algo (vpo, grpo, ...)")
     return cfg
@@ -746,11 +747,11 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             else:
                 kw.update(type={"int": int, "float": float}.get(f.kind, str), choices=f.choices)
                 if f.choices is None:
-                    kw["metavar"] = {"out": "DIR", "proposer": "SPEC", "suite": "NAME"}.get(
+                    kw["metavar"] = {"out": "DIR", "proposer.spec": "SPEC", "suite": "NAME"}.get(
                         f.key, {"int": "N", "float": "X"}.get(f.kind, "TEXT"))
             groups.get(f.group, p).add_argument(f"--{f.flag}", **kw)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="any config key, flat or dotted (train_lr=1e-4, train.reward=novel); repeatable")
+                   help="any config key, dotted (train.lr=1e-4, search.selection.method=tournament); repeatable")
     _output_flags(p)
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("resume", "continue a run (or every seed of a seeds folder) from its last checkpoint")
@@ -832,8 +833,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--algo", default=None, choices=algos,
                            help="covrl: needs reference solutions (default: vpo)")
             p.add_argument("--steps", type=int, default=10, help="training steps")
-            p.add_argument("--config", metavar="FILE", help="a run config (YAML): its train, sampling, group, "
-                           "answers and seed keys are used; flags override it")
+            p.add_argument("--config", metavar="FILE", help="a run config (YAML): its train, sampling, search.group, "
+                           "search.answers and seed keys are used (its train.algo when --algo is not given); flags "
+                           "override it")
             d = None
             if full or cmd == "train":
                 from .config import CampaignConfig
@@ -841,7 +843,8 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                 d = CampaignConfig()
             shown = (lambda v: f" (default: the config's, {v})" if d is not None else "")  # noqa: E731
             p.add_argument("--group", type=int, default=None,
-                           help="G completions per prompt: train.group" + shown(d and (d.train.group or d.group)))
+                           help="G completions per prompt: train.group" +
+                           shown(d and (d.train.group or d.search.group)))
             p.add_argument("--batch", type=int, default=None,
                            help="problems per step: train.batch" + shown(d and d.train.batch))
             p.add_argument("--lr", type=float, default=None,
@@ -857,13 +860,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                                          "(as `vevo run`'s flags)")
                 for f in run_flags():
                     if f.group != "train" or f.key in TRAIN_FLAG_KEYS.values() or f.key in TRAIN_ONLY_IN_CAMPAIGNS \
-                            or f.key == "train_lora":
+                            or f.key == "train.lora":
                         continue
                     g.add_argument(f"--{f.flag}", dest=f.key, help=_config_help(f), choices=f.choices,
                                    type={"int": int, "float": float}.get(f.kind, str),
                                    metavar=None if f.choices else {"int": "N", "float": "X"}.get(f.kind, "TEXT"))
             p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                           help="any config key, flat or dotted (train.kl_beta=0, sampling.temperature=0.8)")
+                           help="any config key, dotted (train.kl_beta=0, sampling.temperature=0.8)")
             p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is saved")
         else:
             p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "

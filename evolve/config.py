@@ -1,13 +1,13 @@
-"""Typed, strict campaign configuration (contract 5: an unknown key is an error that names the key).
+"""Typed, strict campaign configuration: an unknown key is an error that names the key.
 
-A campaign's knobs in typed sections — `selection`, `sampling`, `train`, `sandbox`, `executor` — beside the
-top-level keys that say what to solve and with what proposer. `load_config` merges a YAML file with command-line
-overrides and turns every failure into a one-line `ConfigError` naming the file and the key, so a typo never
-silently falls back to a default.
-
-The flat keys of earlier versions (``train_lr``, ``temperature``, ``selection: lexicase``, ``train: vpo``) are
-still accepted everywhere — in YAML, in overrides, in old run folders — and mean the section key they name
-(`FLAT_KEYS`); the CLI's run flags are generated from the same table (`run_flags`), so a new field is a new flag.
+A campaign's knobs in sections that match the rooms: ``proposer`` (spec, threads, dtype, and the backend's own
+``options``, declared by its factory in proposer/backends), ``search`` (budget, islands, groups, ``selection``,
+``migration``), ``sampling``, ``train`` (with ``covrl``), ``executor`` (kind, sandbox workers, timeouts, Ray) and
+``portfolio``; beside them the top-level keys that say what to solve and where the run goes. `load_config` merges a
+YAML file with dotted overrides (``train.lr``) and turns every failure into a one-line `ConfigError` naming the
+file and the key, so a typo never silently falls back to a default. The CLI's run flags are generated from the
+models (`run_flags`), so a new field is a new flag. Keys of earlier versions are known only to
+evolve/config_legacy.py: reading an old run folder converts them, writing one is an error naming the new key.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -24,6 +24,11 @@ from pydantic_core import PydanticUndefined
 
 from evaluators.executor import EXECUTORS
 from problems.errors import VevoError
+
+from .dotted import merge, unflatten
+
+if TYPE_CHECKING:
+    from proposer.backends.options import BackendRun
 
 MAX_EVAL_TIMEOUT = 86_400.0  # seconds; the sandbox's timers need finite values, and a day is already a typo
 
@@ -64,21 +69,49 @@ def _known(name: str, section: str, what: str) -> str:
 
 
 class SelectionConfig(StrictModel):
-    """How parents and inspirations are chosen, and how islands keep and exchange members."""
+    """How parents and inspirations are chosen."""
 
     method: str = Field("lexicase", description="how parents are chosen")
     lexicase_epsilon: float | None = Field(None, ge=0, description="ε of ε-lexicase; None: per-test median "
                                            "absolute deviation")
     tournament_size: int = Field(3, ge=1, description="programs drawn per tournament (selection tournament)")
     inspirations: int = Field(2, ge=0, description="other programs shown in the prompt")
-    island_capacity: int = Field(40, ge=1, description="programs an island keeps")
-    migration_every: int = Field(10, ge=0, description="iterations between migrations (0: never)")
-    migration_count: int = Field(1, ge=0, description="programs each island sends to the next at a migration")
 
     @field_validator("method")
     @classmethod
     def _registered(cls, v: str) -> str:
         return _known(v, "selection", "selection method")
+
+
+class MigrationConfig(StrictModel):
+    """How islands exchange members (a ring: each island sends to the next)."""
+
+    every: int = Field(10, ge=0, description="iterations between migrations (0: never)")
+    count: int = Field(1, ge=0, description="programs each island sends to the next at a migration")
+
+
+class SearchSection(StrictModel):
+    """The shape of the evolution: budget, islands, groups, selection and migration."""
+
+    iterations: int = Field(50, ge=0, description="island steps: each one prompt, its group of completions and "
+                            "their evaluation")
+    islands: int = Field(2, ge=1, description="separate populations per problem (ring migration between them)")
+    island_capacity: int = Field(40, ge=1, description="programs an island keeps")
+    answers: int = Field(4, ge=1, description="m: answers per completion")
+    group: int = Field(2, ge=1, description="G: completions per prompt")
+    pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
+                                "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
+                                "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
+    retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    migration: MigrationConfig = Field(default_factory=MigrationConfig)
+
+    @model_validator(mode="after")
+    def _migration_fits(self) -> "SearchSection":
+        if self.migration.count > self.island_capacity:
+            raise ValueError(f"'search.migration.count': {self.migration.count} exceeds 'search.island_capacity' "
+                             f"{self.island_capacity}")
+        return self
 
 
 class SamplingConfig(StrictModel):
@@ -95,6 +128,19 @@ class SamplingConfig(StrictModel):
                             "(CoVRL's prior template); parsing works with or without it")
 
 
+class CoVRLSection(StrictModel):
+    """CoVRL (train.algo covrl | vpo+covrl; proposer/training/covrl.py)."""
+
+    alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
+    clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
+    nll_coef: float = Field(1.0, ge=0, description="selective NLL of the reference after good z")
+    kl_coef: float = Field(0.1, ge=0, description="weight of KL(p' || prior), Bregman estimator")
+    std_norm: bool = Field(False, description="divide advantages by the group's reward std")
+    reason_tokens: int = Field(32, ge=1, description="reasoning budget per trajectory")
+    share: float = Field(0.5, gt=0, le=1, description="vpo+covrl: share of training steps that are CoVRL "
+                         "(0.5: alternate)")
+
+
 class TrainSection(StrictModel):
     """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
 
@@ -102,7 +148,7 @@ class TrainSection(StrictModel):
     every: int = Field(10, ge=1, description="iterations between updates")
     batch: int = Field(8, ge=1, description="archive groups per training step")
     group: int | None = Field(None, ge=2, description="G: completions per prompt of the trained proposer while it "
-                              "trains (None: the search's group); the estimators' baseline is the group, and "
+                              "trains (None: search.group); the estimators' baseline is the group, and "
                               "larger groups give each step more signal")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
@@ -132,15 +178,7 @@ class TrainSection(StrictModel):
                              "first (0: no probes)")
     probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
     probe_group: int = Field(2, ge=1, description="completions per probe problem")
-    # CoVRL (algo: covrl | vpo+covrl; proposer/training/covrl.py)
-    covrl_alpha: float = Field(0.5, ge=0, le=1, description="share of trajectories sampled from the prior")
-    covrl_clip_eps: float = Field(0.3, gt=0, description="PPO clip of p'_new / p_hybrid_old")
-    covrl_nll_coef: float = Field(1.0, ge=0, description="selective NLL of the reference after good z")
-    covrl_kl_coef: float = Field(0.1, ge=0, description="weight of KL(p' || prior), Bregman estimator")
-    covrl_std_norm: bool = Field(False, description="divide advantages by the group's reward std")
-    covrl_reason_tokens: int = Field(32, ge=1, description="reasoning budget per trajectory")
-    covrl_share: float = Field(0.5, gt=0, le=1, description="vpo+covrl: share of training steps that are CoVRL "
-                               "(0.5: alternate)")
+    covrl: CoVRLSection = Field(default_factory=CoVRLSection)
 
     @field_validator("algo")
     @classmethod
@@ -148,21 +186,16 @@ class TrainSection(StrictModel):
         return _known(v, "train", "training algorithm")
 
 
-class SandboxConfig(StrictModel):
-    """The local sandbox pool that evaluates candidates."""
+class ExecutorSection(StrictModel):
+    """Where and how candidates are evaluated: a sandbox pool here or one per Ray node."""
 
-    workers: int = Field(2, ge=1, description="sandbox worker processes (per node with executor ray)")
+    kind: str = Field("local", description="local: a sandbox pool on this machine; ray: one sandbox pool per Ray "
+                      "node (the results do not depend on it)")
+    workers: int = Field(2, ge=1, description="sandbox worker processes (per node with executor.kind ray)")
     eval_timeout: float | None = Field(None, gt=0, le=MAX_EVAL_TIMEOUT, description="seconds per candidate; "
                                        "None: the problem's own timeout")
     unsafe_no_sandbox: bool = Field(False, description="run candidates even where neither user namespaces nor "
                                     "Landlock can confine them: they then read your files and signal your processes")
-
-
-class ExecutorConfig(StrictModel):
-    """Where evaluations run."""
-
-    kind: str = Field("local", description="local: a sandbox pool on this machine; ray: one sandbox pool per Ray "
-                      "node (the results do not depend on it)")
     ray_address: str | None = Field(None, description="the Ray cluster to join for kind ray and for vllm-ray: "
                                     "proposers (one cluster serves both), HOST:PORT or auto (None: start a local "
                                     "Ray on 127.0.0.1)")
@@ -173,148 +206,87 @@ class ExecutorConfig(StrictModel):
         return _known(v, "executor", "executor")
 
 
+class ProposerSection(StrictModel):
+    """The model that writes the candidates: its spec, the run's settings for it, its backend's own options."""
+
+    spec: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | "
+                      "replay:FILE")
+    threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU (1 leaves the other cores to "
+                                "the sandbox); None: the backend's default")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="weights of hf/vllm proposers (auto: bf16 on a GPU that has it, else fp32); a trainer "
+        "keeps its trainable weights in fp32 whatever this is")
+    options: dict[str, Any] = Field(default_factory=dict, description="the backend's own options, declared by its "
+                                    "factory (proposer/backends/options.py), e.g. vllm: gpu_memory_utilization, "
+                                    "tensor_parallel_size, sleep; vllm-ray: the first two, replicas, restarts")
+
+    @model_validator(mode="after")
+    def _options_fit_spec(self) -> "ProposerSection":
+        from proposer.backends import check_options
+
+        checked = check_options(self.spec, self.options)
+        if checked != self.options:  # normalised values ("0.5" -> 0.5); bypasses validate_assignment
+            object.__setattr__(self, "options", checked)
+        return self
+
+
 from .portfolio_config import PortfolioConfig, ProposerMember, check_members  # noqa: E402
 
-SECTIONS: dict[str, type[StrictModel]] = {"selection": SelectionConfig, "sampling": SamplingConfig,
-                                          "train": TrainSection, "sandbox": SandboxConfig, "executor": ExecutorConfig,
-                                          "portfolio": PortfolioConfig}
-_PRIMARY = {"selection": "method", "train": "algo", "executor": "kind",  # `selection: tournament` == method
-            "portfolio": "policy"}
-_FLAT_PREFIX = {"train": "train_", "portfolio": "portfolio_"}  # other sections' flat names are the key itself
-
-
-def _flat_keys() -> dict[str, tuple[str, str]]:
-    out = {}
-    for sec, model in SECTIONS.items():
-        for name in model.model_fields:
-            flat = sec if _PRIMARY.get(sec) == name else _FLAT_PREFIX.get(sec, "") + name
-            out[flat] = (sec, name)
-    return out
-
-
-FLAT_KEYS: dict[str, tuple[str, str]] = _flat_keys()  # flat (legacy, CLI) key -> (section, key)
-
-
-def nest(data: dict[str, Any], source: str = "<config>") -> dict[str, Any]:
-    """Flat keys moved into their sections; a key given both ways in one source is an error naming both."""
-    out: dict[str, Any] = {}
-    moved: dict[tuple[str, str], str] = {}
-    for k, v in data.items():
-        if k in SECTIONS and isinstance(v, BaseModel):  # already a section (validated assignment, copies)
-            out[k] = v
-        elif k in SECTIONS and isinstance(v, dict):
-            out.setdefault(k, {})
-            for kk, vv in v.items():
-                if (k, kk) in moved:
-                    raise ConfigError(f"{source}: '{k}.{kk}' is also given as '{moved[(k, kk)]}'")
-                out[k][kk] = vv
-        elif k in FLAT_KEYS and (k not in SECTIONS or not isinstance(v, dict)):
-            sec, key = FLAT_KEYS[k]
-            if key in out.get(sec, {}):
-                raise ConfigError(f"{source}: '{k}' is also given as '{sec}.{key}'")
-            out.setdefault(sec, {})[key] = v
-            moved[(sec, key)] = k
-        else:
-            out[k] = v
-    return out
-
-
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` on top of ``base``, one level deep for sections (an override of train.lr keeps train.algo)."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
-    for k, v in over.items():
-        if k in SECTIONS and isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k].update(v)
-        else:
-            out[k] = v
-    return out
+SECTIONS: dict[str, type[StrictModel]] = {"proposer": ProposerSection, "search": SearchSection,
+                                          "sampling": SamplingConfig, "train": TrainSection,
+                                          "executor": ExecutorSection, "portfolio": PortfolioConfig}
 
 
 class CampaignConfig(StrictModel):
-    """Everything one campaign needs. Defaults give a small, runnable campaign with the tiny proposer."""
+    """Everything one campaign needs, in sections that match the rooms. Defaults give a small, runnable campaign
+    with the tiny proposer."""
 
     # what to solve
     problems: list[str] = Field(default_factory=list, description="a problem id (repeatable)")
     suite: str | None = Field(None, description="a named suite of problems")
     problems_dir: list[str] = Field(default_factory=list, description="folders of problems; given alone, the "
                                     "campaign runs every problem in them")
-    # proposer and search shape
-    proposer: str = Field("tiny", description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | "
-                          "replay:FILE")
-    proposers: list[ProposerMember] = Field(default_factory=list, description="a portfolio of proposers chosen per "
-                                            "iteration by portfolio.policy (YAML only; replaces 'proposer')")
-    proposer_threads: int | None = Field(1, ge=1, description="torch threads for tiny/hf on CPU (1 leaves the "
-                                         "other cores to the sandbox); None: the backend's default")
-    proposer_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="weights of hf/vllm proposers (auto: bf16 on a GPU that has it, else fp32); a trainer "
-        "keeps its trainable weights in fp32 whatever this is")
-    vllm_gpu_memory_utilization: float | None = Field(
-        None, gt=0, le=1, description="vLLM's share of the GPU; None: 0.85, or 0.5 when a trainer shares the GPU "
-        "without vllm_sleep")
-    vllm_sleep: bool = Field(False, description="vLLM sleep mode: the engine frees its GPU memory during each "
-                             "training step (CUDA only)")
-    vllm_tensor_parallel_size: int = Field(1, ge=1, description="GPUs per vLLM engine (vllm:, vllm-ray:)")
-    vllm_replicas: int = Field(1, ge=1, description="vllm-ray:PATH: vLLM engines started as Ray actors "
-                               "(executor.ray_address is the cluster)")
-    vllm_restarts: int = Field(1, ge=0, description="vllm-ray:PATH: new actors started for each replica whose "
-                               "actor is lost")
-    iterations: int = Field(50, ge=0, description="island steps: each one prompt, its group of completions and "
-                            "their evaluation")
-    islands: int = Field(2, ge=1, description="separate populations per problem (ring migration between them)")
-    answers: int = Field(4, ge=1, description="m: answers per completion")
-    group: int = Field(2, ge=1, description="G: completions per prompt")
+    # the run
     seed: int = Field(0, description="seeds selection, sampling and training: one seed and config, one run")
     out: str | None = Field(None, description="run folder (default runs/<timestamp>)")
-    retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
-    pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
-                                "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
-                                "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
     archive_sync: Literal["normal", "full"] = Field("normal", description="full: fsync every iteration "
                                                     "(survives power loss; normal survives kill -9)")
     # sections
-    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    proposer: ProposerSection = Field(default_factory=ProposerSection)
+    proposers: list[ProposerMember] = Field(default_factory=list, description="a portfolio of proposers chosen per "
+                                            "iteration by portfolio.policy (YAML only; replaces proposer.spec)")
+    search: SearchSection = Field(default_factory=SearchSection)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     train: TrainSection = Field(default_factory=TrainSection)
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    executor: ExecutorSection = Field(default_factory=ExecutorSection)
     portfolio: PortfolioConfig = Field(default_factory=PortfolioConfig)
 
     _source: str = PrivateAttr(default="<config>")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _accept_flat_keys(cls, data: Any) -> Any:
-        return nest(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _cross_field(self) -> "CampaignConfig":
         dup = sorted({p for p in self.problems if self.problems.count(p) > 1})
         if dup:
             raise ValueError(f"'problems': listed more than once: {', '.join(dup)}")
-        sel, tr = self.selection, self.train
-        if sel.migration_count > sel.island_capacity:
-            raise ValueError(f"'selection.migration_count': {sel.migration_count} exceeds "
-                             f"'selection.island_capacity' {sel.island_capacity}")
-        if self.vllm_replicas > 1 and not self.proposer.startswith("vllm-ray:"):
-            raise ValueError(f"'vllm_replicas': {self.vllm_replicas} replicas are started for vllm-ray:PATH "
-                             f"proposers only, not {self.proposer!r}")
-        if tr.algo != "none" and self.proposer_dtype == "float16":
-            raise ValueError("'proposer_dtype': float16 cannot be trained without loss scaling, which vevo does "
+        tr = self.train
+        if tr.algo != "none" and self.proposer.dtype == "float16":
+            raise ValueError("'proposer.dtype': float16 cannot be trained without loss scaling, which vevo does "
                              "not do; use bfloat16 or float32")
         if tr.algo != "none" and self.sampling.temperature == 0:
             raise ValueError("'sampling.temperature': 0 is greedy, every completion of a group is the same; "
                              "training needs temperature > 0")
         if tr.algo != "none" and self.trained_group < 2:
-            raise ValueError(f"'group': train.algo={tr.algo!r} estimates advantages within a group, "
-                             f"so it needs group >= 2 (got {self.group})")
+            key = "train.group" if tr.group else "search.group"
+            raise ValueError(f"'{key}': train.algo={tr.algo!r} estimates advantages within a group, "
+                             f"so it needs group >= 2 (got {self.trained_group})")
         check_members(self.proposers, tr.algo)
         return self
 
     @property
     def trained_group(self) -> int:
         """G of the groups the trained proposer samples (and the trainer learns from): ``train.group`` when
-        training is on and it is set, else the search's ``group``."""
-        return self.train.group if self.train.algo != "none" and self.train.group else self.group
+        training is on and it is set, else ``search.group``."""
+        return self.train.group if self.train.algo != "none" and self.train.group else self.search.group
 
     def __eq__(self, other: object) -> bool:
         # compare settings only: where a config was read from (_source) does not make it different
@@ -329,6 +301,14 @@ class CampaignConfig(StrictModel):
             raise ConfigError(f"{self._source}: 'problems': no problems given (set 'problems', 'suite' or "
                               f"'problems_dir')")
         return self
+
+    def backend_run(self) -> "BackendRun":
+        """What every proposer backend is told about this run (proposer/backends/options.py)."""
+        from proposer.backends.options import BackendRun
+
+        return BackendRun(chat=self.sampling.chat, threads=self.proposer.threads, dtype=self.proposer.dtype,
+                          trained=self.train.algo != "none", lora_rank=self.train.lora_rank,
+                          ray_address=self.executor.ray_address)
 
 
 # ------------------------------------------------------------------------------------ flags from fields
@@ -350,14 +330,11 @@ def _flag_kind(annotation: Any) -> tuple[str, tuple[str, ...] | None]:
     return {int: "int", float: "float"}.get(annotation, "str"), None
 
 
-FLAG_NAMES = {"problems": "problem"}  # --problem ID (repeatable) reads better than --problems
-
-
 class Flag(typing.NamedTuple):
     """One generated run flag: its name, the config key it sets, how to read it, and where `--help` shows it."""
 
     flag: str
-    key: str  # dest: what `load_config` accepts as an override
+    key: str  # the dotted config key it sets (its argparse dest; what `load_config` accepts as an override)
     kind: str  # list | bool | int | float | str
     choices: tuple[str, ...] | None
     help: str
@@ -365,16 +342,17 @@ class Flag(typing.NamedTuple):
     default: Any  # the config's default (None: none or decided later)
 
 
-# the help sections of top-level keys, in order; a key not named here is part of the search's shape
-TOP_GROUPS = {"what to solve": ("problems", "suite", "problems_dir", "retire_solved"),
-              "proposer": ("proposer", "proposer_threads", "proposer_dtype", "vllm_gpu_memory_utilization",
-                           "vllm_sleep", "vllm_tensor_parallel_size", "vllm_replicas", "vllm_restarts"),
-              "search": (),
-              "run folder": ("out", "archive_sync")}
-
-
-def _top_group(name: str) -> str:
-    return next((g for g, names in TOP_GROUPS.items() if name in names), "search")
+# flag names that are not the rule's (below): a section's primary key is the section's own flag
+FLAG_NAMES = {"problems": "problem", "proposer.spec": "proposer", "search.selection.method": "selection",
+              "train.algo": "train", "executor.kind": "executor", "portfolio.policy": "portfolio"}
+# a section's flags are its dotted key below the longest of these prefixes, prefixed by the value
+# (search.migration.every: --migration-every, search.selection.tournament_size: --tournament-size,
+# train.covrl.alpha: --train-covrl-alpha, executor.workers: --workers)
+FLAG_PREFIX = {"proposer.": "proposer-", "search.selection.": "", "search.": "", "sampling.": "", "train.": "train-",
+               "executor.": "", "portfolio.": "portfolio-"}
+# the help sections of top-level keys, in order, before the config sections
+TOP_GROUPS = {"what to solve": ("problems", "suite", "problems_dir"), "run": ("seed", "out", "archive_sync")}
+NO_FLAG = {"proposers", "proposer.options"}  # a list of mappings (YAML or --set only); options: one flag each
 
 
 def _default(f: Any) -> Any:
@@ -383,30 +361,57 @@ def _default(f: Any) -> Any:
     return None if f.default is PydanticUndefined else f.default
 
 
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _leaves(model: type[BaseModel], prefix: str = ""):
+    """(dotted key, field) for every leaf of a config model, sections walked depth first."""
+    for name, f in model.model_fields.items():
+        key = prefix + name
+        if _is_section(f.annotation):
+            yield from _leaves(f.annotation, key + ".")
+        else:
+            yield key, f
+
+
+def _flag(key: str, f: Any, group: str, name: str) -> Flag:
+    kind, choices = _flag_kind(f.annotation)
+    return Flag(name, key, kind, choices, f.description or "", group, _default(f))
+
+
 def run_flags() -> list[Flag]:
-    """A `Flag` for every config key: top-level fields, then each section's keys under their flat names
-    (`--train-lr`, `--temperature`, `--selection`), each with its help section and default."""
+    """A `Flag` for every config key, named by `FLAG_NAMES` or the section rule, each with its help section and
+    default; and one per backend option (``--vllm-sleep`` sets proposer.options.sleep), named by the options
+    model's ``flag_prefix`` (proposer/backends/options.py)."""
     out = []
-    for name, f in CampaignConfig.model_fields.items():
-        if name in SECTIONS or name == "proposers":  # a list of mappings: YAML only
+    for key, f in _leaves(CampaignConfig):
+        if key in NO_FLAG:
             continue
-        kind, choices = _flag_kind(f.annotation)
-        out.append(Flag(FLAG_NAMES.get(name, name).replace("_", "-"), name, kind, choices, f.description or "",
-                        _top_group(name), _default(f)))
-    for flat, (sec, key) in FLAT_KEYS.items():
-        f = SECTIONS[sec].model_fields[key]
-        kind, choices = _flag_kind(f.annotation)
-        if _PRIMARY.get(sec) == key:
-            choices = tuple(registered(sec))
-        out.append(Flag(flat.replace("_", "-"), flat, kind, choices, f.description or "", sec, _default(f)))
+        sec, _, rest = key.partition(".")
+        pre = max((p for p in FLAG_PREFIX if key.startswith(p)), key=len, default="")
+        name = FLAG_NAMES.get(key) or (FLAG_PREFIX[pre] + key[len(pre):] if pre else key).replace(".", "-")
+        flag = _flag(key, f, sec if rest else next(g for g, ks in TOP_GROUPS.items() if key in ks),
+                     name.replace("_", "-"))
+        if key in FLAG_NAMES and sec in ("search", "train", "executor", "portfolio"):  # a registry's names
+            flag = flag._replace(choices=tuple(registered({"search": "selection"}.get(sec, sec))))
+        out.append(flag)
+    from proposer.backends import OPTIONS
+
+    options: dict[str, tuple[str, Any, list[str]]] = {}  # flag name -> (option, field, the backends taking it)
+    for kind, model in OPTIONS.items():
+        for opt, f in model.model_fields.items():
+            name = f"{model.flag_prefix or kind}-{opt}".replace("_", "-")
+            options.setdefault(name, (opt, f, []))[2].append(kind)
+    for name, (opt, f, kinds) in options.items():
+        flag = _flag(f"proposer.options.{opt}", f, "proposer", name)
+        out.append(flag._replace(help=f"{', '.join(kinds)}: {flag.help}"))
     return out
 
 
 def flag_groups() -> dict[str, tuple[str, str]]:
     """Help section (a `Flag.group`) -> (title, one-line description), in the order `vevo run --help` shows them."""
-    top = {"what to solve": "a suite, problem ids, or folders of problems (alone: all their problems)",
-           "proposer": "the model that writes the candidates", "search": "the shape of the evolution",
-           "run folder": ""}
+    top = {"what to solve": "a suite, problem ids, or folders of problems (alone: all their problems)", "run": ""}
     secs = {sec: (f"{sec} section", f"config key {sec}.KEY: " +
                   re.sub(r" \(.*\)", "", (model.__doc__ or "").strip().splitlines()[0]))
             for sec, model in SECTIONS.items()}
@@ -424,19 +429,33 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def known_keys() -> list[str]:
+    """Every dotted config key (for did-you-mean hints), sections included."""
+    out = []
+    for name, f in CampaignConfig.model_fields.items():
+        out.append(name)
+        if _is_section(f.annotation):
+            out += [f"{name}.{k}" for k, _ in _leaves(f.annotation)]
+    return out
+
+
 def _format_error(source: str, err: ValidationError) -> str:
-    known = list(CampaignConfig.model_fields) + list(FLAT_KEYS) + [f"{s}.{k}" for s, k in FLAT_KEYS.values()]
+    known = known_keys()
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e["loc"])
         if e["type"] == "extra_forbidden":
-            hint = difflib.get_close_matches(loc, known, n=1) or difflib.get_close_matches(str(e["loc"][-1]), known, n=1)
+            leaf = str(e["loc"][-1])
+            hint = difflib.get_close_matches(loc, known, n=1) or \
+                [k for k in known if k.rpartition(".")[2] == leaf][:1] or difflib.get_close_matches(leaf, known, n=1)
             parts.append(f"unknown key '{loc}'" + (f" (did you mean '{hint[0]}'?)" if hint else ""))
             continue
         msg = e["msg"]
-        if msg.startswith("Value error, "):  # raised by a validator, already names its key
+        if msg.startswith("Value error, "):  # raised by a validator
             msg = msg[len("Value error, "):]
-        parts.append(f"'{loc}': {msg}" if loc else msg)
+        if loc and msg.startswith("'options."):  # a backend option: named below its section
+            loc, msg = "", f"'{loc}.{msg[1:]}"
+        parts.append(f"'{loc}': {msg}" if loc and not msg.startswith(f"'{loc}") else msg)
     return _one_line(f"{source}: " + "; ".join(parts))
 
 
@@ -463,19 +482,50 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return {str(k): v for k, v in data.items()}
 
 
-def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> CampaignConfig:
-    """Read the YAML file (missing path: defaults), apply overrides whose value is not None, validate.
+def _no_legacy(data: dict[str, Any], source: str) -> dict[str, Any]:
+    from .config_legacy import legacy_keys
 
-    Every failure is a ConfigError with a one-line message naming the file and the key."""
-    source = str(path) if path is not None else "<config>"
-    data = nest(_read_yaml(Path(path)), source) if path is not None else {}
-    data = merge(data, nest({k: v for k, v in (overrides or {}).items() if v is not None}, "overrides"))
+    old = legacy_keys(data)
+    if old:
+        raise ConfigError(f"{source}: " + "; ".join(f"'{o}' is now '{n}'" for o, n in old))
+    return data
+
+
+def _validate(data: dict[str, Any], source: str) -> CampaignConfig:
     try:
         cfg = CampaignConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_format_error(source, e)) from None
     cfg._source = source
     return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
+                overrides_source: str = "overrides") -> CampaignConfig:
+    """Read the YAML file (missing path: defaults), apply overrides whose value is not None, validate.
+
+    ``overrides`` map dotted keys (``train.lr``) or sections (``{"search": {...}}``) to values. Every failure is a
+    ConfigError with a one-line message naming the file and the key; a key of an earlier version names its new
+    spelling (in an override: after ``overrides_source``, e.g. "--set")."""
+    source = str(path) if path is not None else "<config>"
+    data = _no_legacy(_read_yaml(Path(path)), source) if path is not None else {}
+    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), overrides_source)
+    return _validate(merge(data, over), source)
+
+
+def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -> CampaignConfig:
+    """A run folder's own config.yaml, written by this or an earlier version (evolve/config_legacy.py)."""
+    from .config_legacy import upgrade
+
+    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), "overrides")
+    return _validate(merge(upgrade(_read_yaml(Path(path))), over), str(path))
+
+
+def stored_config(data: dict[str, Any]) -> CampaignConfig:
+    """A config mapping stored by a run of this or an earlier version (seeds.yaml, archive meta) as a config."""
+    from .config_legacy import upgrade
+
+    return _validate(upgrade(dict(data)), "<stored config>")
 
 
 def config_to_yaml(cfg: CampaignConfig) -> str:

@@ -8,7 +8,7 @@ the same ones), and takes one ``CoVRLUpdater`` step. The references used are rec
 row (group, parent, reference program id, kind).
 
 ``train: vpo+covrl`` mixes the two: training step k (k = iteration / train_every, from 1) is a CoVRL step when
-floor(k * share) > floor((k - 1) * share), share = ``train.covrl_share`` (0.5: VPO, CoVRL, VPO, ...).
+floor(k * share) > floor((k - 1) * share), share = ``train.covrl.share`` (0.5: VPO, CoVRL, VPO, ...).
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from proposer.training.references import reference_for
 
 
 def covrl_config(cfg) -> CoVRLConfig:
-    """The ``train.covrl_*`` keys of a run config (flat ``train_covrl_*`` also accepted)."""
-    t = cfg.train
-    return CoVRLConfig(alpha=t.covrl_alpha, clip_eps=t.covrl_clip_eps, nll_coef=t.covrl_nll_coef,
-                       kl_coef=t.covrl_kl_coef, std_norm=t.covrl_std_norm, reason_tokens=t.covrl_reason_tokens)
+    """The ``train.covrl`` section of a run config as the trainer's own CoVRLConfig."""
+    c = cfg.train.covrl
+    return CoVRLConfig(alpha=c.alpha, clip_eps=c.clip_eps, nll_coef=c.nll_coef, kl_coef=c.kl_coef,
+                       std_norm=c.std_norm, reason_tokens=c.reason_tokens)
 
 
 def is_covrl_step(algo: str, iteration: int, every: int, share: float) -> bool:
@@ -64,7 +64,7 @@ def covrl_step(archive, groups, learner, updater: CoVRLUpdater, cfg, iteration: 
         stats["skipped"] = "no group has a reference yet"
         return stats
     rng = np.random.default_rng([cfg.seed, iteration, 3])
-    trajs = sample_trajectories(learner, [(g.prompt, r.text, g.id) for g, r in found], cfg.group, updater.cfg, rng,
+    trajs = sample_trajectories(learner, [(g.prompt, r.text, g.id) for g, r in found], cfg.search.group, updater.cfg, rng,
                                 seed=(cfg.seed * 7919 + iteration) % (2**31), temperature=cfg.sampling.temperature,
                                 top_p=cfg.sampling.top_p)
     stats.update(updater.step(trajs))

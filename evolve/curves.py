@@ -16,6 +16,7 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from evolve.archive import Archive, ProgressRow
+from evolve.config_legacy import upgrade
 from evolve.stats import t95
 
 Axis = Literal["iterations", "evaluations"]
@@ -69,9 +70,9 @@ def run_curves(archive_path: str | Path | tuple[str | Path, str],
             own = {r.iteration for r in a.portfolio_rows() if r.member == member} | {0}
             rows = [r for r in rows if r.iteration in own]
             iterations = [i for i in iterations if i in own]
-        cfg = json.loads(a.get_meta("config") or "{}")
-    budget = cfg.get("iterations")
-    if isinstance(budget, int) and cfg.get("retire_solved", True) and listed and \
+        search = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {})
+    budget = search.get("iterations")
+    if isinstance(budget, int) and search.get("retire_solved", True) and listed and \
             {str(p) for p in listed} <= {r.problem for r in rows if r.solved}:
         iterations.append(budget)  # every problem solved and retired: the run is over, its curve stays flat
     return _run_curves(rows, [str(p) for p in listed], x, iterations)

@@ -1,5 +1,5 @@
-"""A campaign's proposer members as backends: one per ``proposers:`` entry (or the one ``proposer:``), each built
-by `make_backend` with its own spec. A frozen member with the same spec as the LoRA-trained one does not load the
+"""A campaign's proposer members as backends: one per ``proposers:`` entry, each built by `make_backend` with its
+own spec and options. A frozen member with the same spec as the LoRA-trained one does not load the
 weights again: it is a `FrozenAdapterView` of the trained member's backend (the adapter switched off)."""
 from __future__ import annotations
 
@@ -13,18 +13,20 @@ from .portfolio import Arm
 SHAREABLE = ("tiny", "hf")  # kinds whose model is a local torch module the trainer wraps with LoRA in place
 
 
-def build_members(cfg: CampaignConfig, make: Callable[[str], Backend]) -> tuple[Backend, list[tuple[Arm, Backend]]]:
+def build_members(cfg: CampaignConfig, make: Callable[[str, dict[str, Any]], Backend]
+                  ) -> tuple[Backend, list[tuple[Arm, Backend]]]:
     """(the backend the trainer and checkpoint follow, [(arm, backend)]) for a run with ``proposers:``.
-    ``make(spec)`` builds one backend; on a failure the backends already built are closed."""
+    ``make(spec, options)`` builds one backend; on a failure the backends already built are closed."""
     from proposer.backends.frozen import FrozenAdapterView
 
     arms = [m.arm() for m in cfg.proposers]
+    options = {m.name: m.options for m in cfg.proposers}
     trained = next((a for a in arms if a.train), None)
     built: dict[str, Backend] = {}
     out: list[tuple[Arm, Backend]] = []
     try:
         if trained is not None:
-            built[trained.name] = make(trained.spec)
+            built[trained.name] = make(trained.spec, options[trained.name])
         for a in arms:
             if a.name in built:
                 b = built[a.name]
@@ -32,7 +34,7 @@ def build_members(cfg: CampaignConfig, make: Callable[[str], Backend]) -> tuple[
                   and _kind(a.spec) in SHAREABLE):
                 b = FrozenAdapterView(built[trained.name], name=a.name)
             else:
-                b = built[a.name] = make(a.spec)
+                b = built[a.name] = make(a.spec, options[a.name])
             out.append((a, b))
     except BaseException:
         for b in built.values():

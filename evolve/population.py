@@ -29,7 +29,7 @@ from proposer.answers.mutate import normalized_hash
 
 from . import selection
 from .archive import Archive, ProgramRecord
-from .config import SelectionConfig
+from .config import SearchSection
 from .islands import Island, Member
 from .program_cache import HashIndex, MemberCache, live_ids, load_member, member_of
 
@@ -46,11 +46,13 @@ def state_key(key: Key) -> str:
 
 
 class Population:
-    def __init__(self, order: list[str], islands: int, seed: int, sel: SelectionConfig, retire_solved: bool,
-                 archive: Archive | None = None):
-        """``order``: the problem ids, in the order islands take turns; ``sel``: the config's selection section;
-        ``archive``: where programs the cache no longer holds are read back from (None: nothing is read back)."""
-        self.order, self.n_islands, self.sel, self.retire_solved = order, islands, sel, retire_solved
+    def __init__(self, order: list[str], search: SearchSection, seed: int, archive: Archive | None = None):
+        """``order``: the problem ids, in the order islands take turns; ``search``: the config's search section
+        (islands, capacity, selection, migration, retire_solved); ``archive``: where programs the cache no longer
+        holds are read back from (None: nothing is read back)."""
+        islands = search.islands
+        self.order, self.n_islands, self.search, self.retire_solved = order, islands, search, search.retire_solved
+        self.sel = search.selection
         self.keys: list[Key] = [(pid, k) for pid in order for k in range(islands)]
         seqs = np.random.SeedSequence(seed).spawn(len(self.keys))
         self.rngs = {key: np.random.default_rng(s) for key, s in zip(self.keys, seqs)}
@@ -96,7 +98,7 @@ class Population:
             added.append(first + i)
             if p.evaluation.solved:
                 self.solved.setdefault(key[0], iteration)
-        self.islands[key].add_many(added, self.cache, self.sel.island_capacity)
+        self.islands[key].add_many(added, self.cache, self.search.island_capacity)
         self.dirty.add(key)
 
     # ------------------------------------------------------------------ islands
@@ -128,15 +130,15 @@ class Population:
 
     def migrate(self, t: int) -> int:
         """Ring migration after iteration ``t`` when it is due; returns the number of programs moved."""
-        every = self.sel.migration_every
+        every = self.search.migration.every
         if not every or t % every or self.n_islands < 2:
             return 0
         n = 0
         for pid in self.order:
             isl = [self.islands[(pid, k)] for k in range(self.n_islands)]
             for src, dst, prog in selection.ring_migration([i.ranked(self.cache) for i in isl],
-                                                           self.sel.migration_count):
-                isl[dst].add(prog, self.cache, self.sel.island_capacity)
+                                                           self.search.migration.count):
+                isl[dst].add(prog, self.cache, self.search.island_capacity)
                 self.dirty.add((pid, dst))
                 n += 1
         return n

@@ -3,8 +3,9 @@ holds them in `CampaignConfig`; the choice policies are in evolve/portfolio.py).
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .portfolio import CHOICES, Arm
 
@@ -16,7 +17,8 @@ class _Strict(BaseModel):
 
 
 class ProposerMember(_Strict):
-    """One member: its own proposer spec and options; only ``train: true`` members are trained."""
+    """One member: its own proposer spec and its backend's options (as ``proposer.options``; threads and dtype are
+    the ``proposer`` section's); only ``train: true`` members are trained."""
 
     name: str = Field(description="the member's name in exports, curves and reports")
     spec: str = Field(description="tiny | hf:PATH | vllm:PATH | vllm-ray:PATH | openai:URL[,URL...] | replay:FILE")
@@ -24,7 +26,9 @@ class ProposerMember(_Strict):
     weight: float = Field(1.0, gt=0, description="portfolio.policy fixed: share of iterations")
     cost: float = Field(1.0, ge=0, description="cost per call, blended in by portfolio.cost_weight")
     temperature: float | None = Field(None, ge=0, description="None: sampling.temperature")
-    answers: int | None = Field(None, ge=1, description="m for this member; None: the run's answers")
+    answers: int | None = Field(None, ge=1, description="m for this member; None: the run's search.answers")
+    options: dict[str, Any] = Field(default_factory=dict, description="its backend's own options (as "
+                                    "proposer.options)")
 
     @field_validator("name")
     @classmethod
@@ -33,6 +37,15 @@ class ProposerMember(_Strict):
             raise ValueError(f"member name {v!r}: letters, digits, '_', '.', '-' (up to 64), starting with a "
                              f"letter or digit")
         return v
+
+    @model_validator(mode="after")
+    def _options_fit_spec(self) -> "ProposerMember":
+        from proposer.backends import check_options
+
+        checked = check_options(self.spec, self.options)
+        if checked != self.options:
+            object.__setattr__(self, "options", checked)
+        return self
 
     def arm(self) -> Arm:
         return Arm(name=self.name, spec=self.spec, train=self.train, weight=self.weight, cost=self.cost,

@@ -16,7 +16,7 @@ from typing import Any
 
 from .archive import Archive, ProgramRow, TrainingRow
 from .campaign import summarize
-from .config import nest
+from .config_legacy import upgrade
 from .curves import Axis, plot
 from .portfolio_stats import member_stats
 from .ui import pages
@@ -76,7 +76,7 @@ def gather_run(label: str, name: str, run_dir: str | Path) -> RunData:
 def _read_run(label: str, name: str, run_dir: Path) -> RunData:
     with Archive(run_dir / "archive.db", readonly=True) as a:
         listed = [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
-        config = nest(json.loads(a.get_meta("config") or "{}"))  # archives of earlier versions hold flat keys
+        config = upgrade(json.loads(a.get_meta("config") or "{}"))  # archives of earlier versions: older keys
         seen = {r.problem for r in a.progress_rows()}
         problems = listed + sorted(seen - set(listed))
         solved: dict[str, Solve] = {}

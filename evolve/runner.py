@@ -14,7 +14,7 @@ from problems.registry import discover
 from . import liveness
 from .archive import check_archive_file
 from .campaign import Campaign
-from .config import CampaignConfig, config_to_yaml, load_config
+from .config import CampaignConfig, config_to_yaml, load_run_config, stored_config
 from .progress import Reporter, as_reporter
 
 CONFIG_NAME = "config.yaml"
@@ -52,37 +52,22 @@ def _under(path: object, roots: list[Path]) -> bool:
     return any(p == r or r in p.parents for r in roots)
 
 
-def backend_kwargs(cfg: CampaignConfig, spec: str | None = None) -> dict:
-    """The config keys each proposer kind takes (chat, dtype, threads, vLLM's share of the GPU, vllm-ray's
-    replicas and Ray cluster); ``spec``: a portfolio member's (default: the run's proposer)."""
-    spec = cfg.proposer if spec is None else spec
-    kind = "hf" if spec == "tiny" else spec.partition(":")[0]
-    kw: dict = {}
-    if kind in ("hf", "vllm", "vllm-ray", "openai") and (kind != "openai" or cfg.sampling.chat != "auto"):
-        kw["chat"] = cfg.sampling.chat  # openai: no tokenizer here to decide "auto", the backend's default stays
-    if kind == "hf":
-        if cfg.proposer_threads:
-            kw["threads"] = cfg.proposer_threads
-        if cfg.proposer_dtype != "auto":
-            kw["dtype"] = cfg.proposer_dtype
-    if kind in ("vllm", "vllm-ray"):
-        kw["dtype"] = cfg.proposer_dtype
-        share = cfg.vllm_gpu_memory_utilization
-        if share is None:  # vllm-ray: the trainer is on the driver, not in the engines' actors
-            share = 0.5 if cfg.train.algo != "none" and not cfg.vllm_sleep and kind == "vllm" else 0.85
-        kw.update(gpu_memory_utilization=share, enable_sleep_mode=cfg.vllm_sleep,
-                  tensor_parallel_size=cfg.vllm_tensor_parallel_size)
-        if cfg.train.algo != "none":
-            kw["max_lora_rank"] = max(64, cfg.train.lora_rank)
-    if kind == "vllm-ray":
-        kw.update(replicas=cfg.vllm_replicas, restarts=cfg.vllm_restarts, ray_address=cfg.executor.ray_address)
-    return kw
+def backend_kwargs(cfg: CampaignConfig, spec: str | None = None, options: dict | None = None) -> dict:
+    """The keyword arguments of a proposer backend: its options (``proposer.options``, or a portfolio member's)
+    and the run's shared settings, turned into arguments by the backend's own options model
+    (proposer/backends/options.py); ``spec``: a portfolio member's (default: the run's proposer)."""
+    from proposer.backends import backend_kwargs as from_options
+
+    if spec is None:
+        spec, options = cfg.proposer.spec, cfg.proposer.options
+    return from_options(spec, options, cfg.backend_run())
 
 
 def executor_spec(cfg: CampaignConfig) -> ExecutorSpec:
-    """The run config's ``executor`` and ``sandbox`` sections as what evaluators/ builds an executor from."""
-    return ExecutorSpec(kind=cfg.executor.kind, workers=cfg.sandbox.workers, ray_address=cfg.executor.ray_address,
-                        unsafe_no_sandbox=cfg.sandbox.unsafe_no_sandbox)
+    """The run config's ``executor`` section as what evaluators/ builds an executor from."""
+    ex = cfg.executor
+    return ExecutorSpec(kind=ex.kind, workers=ex.workers, ray_address=ex.ray_address,
+                        unsafe_no_sandbox=ex.unsafe_no_sandbox)
 
 
 def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter, backend=None, evaluator=None):
@@ -96,7 +81,7 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
         print(f"warning: skipped problem {line}", file=sys.stderr, flush=True)
     own_pool = evaluator is None
     if own_pool:  # first: a cluster that cannot be reached fails before a model is loaded
-        rep.phase(f"starting the sandbox ({cfg.executor.kind} executor, {cfg.sandbox.workers} workers)")
+        rep.phase(f"starting the sandbox ({cfg.executor.kind} executor, {cfg.executor.workers} workers)")
         hide = [str(run_dir.resolve())] + [str(p.source) for p in probs if p.source is not None and p.openevolve is None]
         evaluator = make_executor(executor_spec(cfg), hide)
     members = None
@@ -104,14 +89,15 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
         from proposer.backends import make_backend
 
         rep.phase("loading proposer" + (f"s {', '.join(m.name for m in cfg.proposers)}" if cfg.proposers
-                                        else f" {cfg.proposer}"))
+                                        else f" {cfg.proposer.spec}"))
         try:
             if cfg.proposers:
                 from .members import build_members
 
-                backend, members = build_members(cfg, lambda spec: make_backend(spec, **backend_kwargs(cfg, spec)))
+                backend, members = build_members(
+                    cfg, lambda spec, options: make_backend(spec, **backend_kwargs(cfg, spec, options)))
             else:
-                backend = make_backend(cfg.proposer, **backend_kwargs(cfg))
+                backend = make_backend(cfg.proposer.spec, **backend_kwargs(cfg))
         except BaseException:
             if own_pool:
                 evaluator.close()
@@ -186,7 +172,7 @@ def resume(run_dir: str | Path, progress: bool | Reporter = True, iterations: in
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_NAME).is_file():
         raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
-    cfg = load_config(run_dir / CONFIG_NAME, {"iterations": iterations})
+    cfg = load_run_config(run_dir / CONFIG_NAME, {"search.iterations": iterations})
     if (run_dir / "archive.db").exists():  # absent: killed before the archive was created, so start it
         check_archive_file(run_dir / "archive.db")  # before the proposer and sandbox start: fail fast
     return _finish(open_campaign(cfg, run_dir, progress, **kw), progress)
@@ -224,11 +210,11 @@ def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iteration
     try:
         spec = yaml.safe_load((folder / SEEDS_NAME).read_text(encoding="utf-8"))
         seeds = [int(s) for s in spec["seeds"]]
-        cfg = CampaignConfig.model_validate(spec["config"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as e:
+        cfg = stored_config(spec["config"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError, VevoError) as e:
         raise RunError(f"{folder / SEEDS_NAME}: cannot read the seeds folder's plan ({e})") from None
     if iterations is not None:
-        cfg.iterations = iterations
+        cfg.search.iterations = iterations
     cfg.out = str(folder)
     yield from _seed_loop(cfg, seeds, folder, progress, resuming=True, iterations=iterations)
 

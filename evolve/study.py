@@ -48,9 +48,10 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
     ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile. Every
     ``train.probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of
     these problems, and held-out ones) go into that step's record."""
-    cfg = cfg if cfg is not None else CampaignConfig(train="vpo")
+    cfg = cfg if cfg is not None else CampaignConfig(train={"algo": "vpo"})
     rep = as_reporter(reporter)
-    t, algo, m, group, batch, seed = cfg.train, cfg.train.algo, cfg.answers, cfg.trained_group, cfg.train.batch, cfg.seed
+    t, algo, m, batch, seed = cfg.train, cfg.train.algo, cfg.search.answers, cfg.train.batch, cfg.seed
+    group = cfg.trained_group
     temperature, max_tokens = cfg.sampling.temperature, cfg.sampling.max_tokens
     if algo == "none":
         raise TrainingError("vevo train needs a training algorithm (train.algo is 'none')")

@@ -21,7 +21,7 @@ from problems.errors import VevoError
 
 from .. import liveness
 from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
-from ..config import nest
+from ..config_legacy import upgrade
 from ..portfolio_stats import member_stats
 
 # a run held by another host that has not committed for this long is reported as crashed
@@ -108,7 +108,7 @@ class RunStore:
     def meta(self) -> dict[str, Any]:
         if self._meta is None:
             rows = dict(self.q("SELECT key, value FROM meta"))
-            config = nest(json.loads(rows.get("config") or "{}"))
+            config = upgrade(json.loads(rows.get("config") or "{}"))
             self._meta = {"problems": [str(p) for p in json.loads(rows.get("problems") or "[]")],
                           "config": config}
         return self._meta
@@ -142,7 +142,7 @@ class RunStore:
             return "running"
         if live == "killed":
             return "crashed"
-        budget = self.meta()["config"].get("iterations")
+        budget = self.meta()["config"].get("search", {}).get("iterations")
         if (budget is not None and last_it is not None and last_it >= int(budget)) or \
                 (n_problems and solved >= n_problems):
             return "finished"

@@ -11,9 +11,11 @@ Specs::
                     (proposer.backends.ray_replicas.RayVLLMBackend(PATH, replicas=N, tensor_parallel_size=..., ...))
     replay:FILE     recorded completions, JSONL (proposer.backends.replay.ReplayBackend)
 
-Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every backend, is
-dropped for replay). Heavy modules (torch, transformers, vllm, an HTTP client) are
-imported only for the spec that needs them. Every failure to build a backend is a one-line ``BackendError``.
+Each backend declares its own options model (``OPTIONS``, proposer/backends/options.py): the run config's
+``proposer.options`` are validated against it (`check_options`) and turned into constructor keyword arguments by it
+(`backend_kwargs`). Keyword arguments go to the backend's constructor (``seed``, which the campaign passes to every
+backend, is dropped for replay). Heavy modules (torch, transformers, vllm, an HTTP client) are imported only for the
+spec that needs them. Every failure to build a backend is a one-line ``BackendError``.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from proposer.backends.base import Backend
+from proposer.backends.options import (BackendOptions, BackendRun, HFOptions, OpenAIOptions, VLLMOptions,
+                                       VLLMRayOptions)
 from proposer.errors import BackendError
 
 TINY_CHECKPOINT = Path(__file__).resolve().parent.parent / "tiny" / "checkpoint"
@@ -102,19 +106,25 @@ def _openai(arg: str, spec: str, kw: dict[str, Any]) -> Backend:
 
 
 # spec prefix -> factory(arg, spec, kwargs). To add a backend: write a class with generate/close and a
-# ``capabilities`` set (proposer/backends/base.py), a factory like those above, and register it here or with
-# ``register_backend``. "tiny" is the one spec without an argument.
+# ``capabilities`` set (proposer/backends/base.py), a factory like those above, and register it here (with its
+# options model in OPTIONS) or with ``register_backend``. "tiny" is the one spec without an argument.
 BACKENDS: dict[str, Callable[[str, str, dict[str, Any]], Backend]] = {
     "tiny": _tiny, "hf": _hf, "vllm": _vllm, "vllm-ray": _vllm_ray, "openai": _openai, "replay": _replay,
 }
 ARGUMENT = {"hf": "PATH", "vllm": "PATH", "vllm-ray": "PATH", "openai": "URL", "replay": "FILE"}  # what follows the colon
 NO_ARGUMENT = {"tiny"}
+# spec prefix -> the backend's options model (``proposer.options`` in the run config); absent: no options
+OPTIONS: dict[str, type[BackendOptions]] = {
+    "tiny": HFOptions, "hf": HFOptions, "vllm": VLLMOptions, "vllm-ray": VLLMRayOptions, "openai": OpenAIOptions,
+}
 
 
 def register_backend(prefix: str, factory: Callable[[str, str, dict[str, Any]], Backend],
-                     argument: str | None = "ARG") -> None:
-    """Make ``prefix:ARGUMENT`` (or bare ``prefix`` when ``argument`` is None) a proposer spec."""
+                     argument: str | None = "ARG", options: type[BackendOptions] = BackendOptions) -> None:
+    """Make ``prefix:ARGUMENT`` (or bare ``prefix`` when ``argument`` is None) a proposer spec whose
+    ``proposer.options`` are ``options`` (a `BackendOptions` model; the default takes none)."""
     BACKENDS[prefix] = factory
+    OPTIONS[prefix] = options
     if argument is None:
         NO_ARGUMENT.add(prefix)
     else:
@@ -124,6 +134,38 @@ def register_backend(prefix: str, factory: Callable[[str, str, dict[str, Any]], 
 def spec_kind(spec: str) -> str:
     """The registry key of a spec: 'tiny' -> 'tiny', 'hf:/m' -> 'hf'."""
     return spec.strip() if spec.strip() in NO_ARGUMENT else spec.strip().partition(":")[0]
+
+
+def options_model(spec: str) -> type[BackendOptions]:
+    """The options model of the backend a spec names (`BackendOptions`, no options, for an unknown one)."""
+    return OPTIONS.get(spec_kind(spec), BackendOptions)
+
+
+def check_options(spec: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` validated by the options model of ``spec``'s backend: the keys given, with their validated
+    values. ValueError naming the option (``'options.KEY'``) and the backend."""
+    from pydantic import ValidationError
+
+    model = options_model(spec)
+    kind = spec_kind(spec) or spec
+    takes = ", ".join(model.model_fields) or "none"
+    for key in options:
+        if key not in model.model_fields:
+            raise ValueError(f"'options.{key}' is not an option of backend {kind!r} (its options: {takes})")
+    try:
+        opts = model.model_validate(options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise ValueError(f"'options.{where}' of backend {kind!r}: {err['msg']}") from None
+    return opts.model_dump(exclude_unset=True)
+
+
+def backend_kwargs(spec: str, options: dict[str, Any] | BackendOptions | None, run: BackendRun) -> dict[str, Any]:
+    """The constructor keyword arguments for ``spec`` from its options and the run's shared settings."""
+    model = options_model(spec)
+    opts = options if isinstance(options, model) else model.model_validate(dict(options or {}))
+    return opts.kwargs(run)
 
 
 def expected_specs() -> str:

@@ -304,8 +304,8 @@ class RayVLLMBackend(ReplicatedBackend):
         if not 0 < float(gpu_memory_utilization) <= 1:
             raise BackendError(f"vllm-ray: gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if enable_sleep_mode:
-            raise BackendError("vllm-ray: vllm_sleep is for a vllm: engine sharing the trainer's GPU; replicas run "
-                               "in their own Ray actors")
+            raise BackendError("vllm-ray: sleep mode (proposer.options.sleep) is for a vllm: engine sharing the "
+                               "trainer's GPU; replicas run in their own Ray actors")
         self.path = Path(path).expanduser()
         if not (self.path / "config.json").is_file():
             raise BackendError(f"vllm-ray: no model at {self.path} (expected a folder with config.json)")

@@ -9,7 +9,7 @@ from proposer.training.estimators import ESTIMATORS
 # name -> what a step does; CoVRL is verifier-free (proposer/training/covrl.py), so it is not a vector-reward estimator
 STEP_ALGORITHMS: dict[str, str] = {
     "covrl": "CoVRL steps toward archive references (proposer/training/covrl.py)",
-    "vpo+covrl": "VPO and CoVRL steps, CoVRL on a train.covrl_share of them",
+    "vpo+covrl": "VPO and CoVRL steps, CoVRL on a train.covrl.share of them",
 }
 STANDALONE = ("covrl",)  # those `vevo train` can run without a campaign
 

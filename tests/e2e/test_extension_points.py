@@ -144,7 +144,7 @@ def test_unregistered_names_are_one_line_errors(tmp_path, capsys):
     from evolve.config import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="unknown selection method 'first'"):
-        load_config(None, {"selection": {"method": "first"}})
+        load_config(None, {"search": {"selection": {"method": "first"}}})
     with pytest.raises(backends.BackendError, match="unknown proposer spec 'echo'"):
         backends.make_backend("echo")
 

@@ -34,11 +34,12 @@ def test_every_command_has_a_description_and_every_flag_help():
 
 def test_run_help_groups_flags_by_section_with_defaults():
     text = vevo("run", "--help").stdout
-    for group in ("what to solve:", "proposer:", "search:", "run folder:", "seeds:", "selection section:",
-                  "sampling section:", "train section:", "sandbox section:", "executor section:", "progress:"):
+    for group in ("what to solve:", "run:", "seeds:", "proposer section:", "search section:", "sampling section:",
+                  "train section:", "executor section:", "portfolio section:", "progress:"):
         assert f"\n{group}" in text, group
-    search = text.split("\nsearch:")[1].split("\n\n")[1]  # after the group's description
-    assert "--iterations N" in search and "(default: 50)" in search and "--seed N" in search
+    search = text.split("\nsearch section:")[1].split("\n\n")[1]  # after the group's description
+    assert "--iterations N" in search and "(default: 50)" in search and "--migration-every N" in search
+    assert "--seed N" in text.split("\nrun:")[1].split("section:")[0]
     train = text.split("\ntrain section:")[1].split("\n\n")[1]
     assert "--train-lr X" in train and "(default: 0.001)" in train and "--iterations" not in train
     assert "(default: true)" in text.split("--train-lora ")[1].split("--train")[0]

@@ -343,14 +343,14 @@ def test_problem_toml_nested_deep_or_with_infinite_limits_is_refused(problem_dir
 @pytest.mark.parametrize("text", ["1e400", ".inf", "-.inf", ".nan", "-1", "0", "1e300"])
 def test_eval_timeout_must_be_finite_and_positive(tmp_path, text):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"suite: pbe\neval_timeout: {text}\n")
+    cfg.write_text(f"suite: pbe\nexecutor: {{eval_timeout: {text}}}\n")
     with pytest.raises(ConfigError, match="eval_timeout"):
         load_config(cfg)
 
 
 def test_eval_timeout_1e400_is_a_one_line_cli_error(problem_dir, tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("suite: pbe\neval_timeout: 1e400\n")
+    cfg.write_text("suite: pbe\nexecutor: {eval_timeout: 1e400}\n")
     one_line_error(cli("run", str(cfg), "--out", str(tmp_path / "run")), str(cfg), "eval_timeout")
     prog = tmp_path / "p.py"
     prog.write_text("def solve(xs):\n    return 0\n")

@@ -128,8 +128,8 @@ def _sections() -> dict[str, set[str]]:
 
 
 def run_config_reads(source: str, sections: dict[str, set[str]]) -> list[str]:
-    """Where a module reads the run config: ``X.train.lr``, ``t = cfg.sandbox``, ``f(x.sampling)``,
-    ``getattr(cfg.sandbox, "workers")``, ``getattr(cfg, "train")`` (a section of the run config read as an
+    """Where a module reads the run config: ``X.train.lr``, ``t = cfg.executor``, ``f(x.sampling)``,
+    ``getattr(cfg.executor, "workers")``, ``getattr(cfg, "train")`` (a section of the run config read as an
     attribute, anything but a method call such as ``model.train()``), and ``cfg.seed`` (a top-level run-config
     key read off a variable named like the run config). Returns "line: expression" strings."""
     tree = ast.parse(source)
@@ -167,16 +167,16 @@ def test_the_config_read_checker_sees_duck_typed_reads():
     sections = _sections()
     caught = run_config_reads(
         "def f(cfg, x, model, t):\n"
-        "    a = cfg.sandbox.workers\n"
+        "    a = cfg.executor.workers\n"
         "    s = x.train\n"
-        "    b = getattr(cfg.sandbox, 'unsafe_no_sandbox', False)\n"
+        "    b = getattr(cfg.executor, 'unsafe_no_sandbox', False)\n"
         "    c = getattr(x, 'executor')\n"
         "    d = cfg.seed\n"
         "    model.train()\n"
         "    e = t.cfg.train_mode\n"
         "    return cfg.clip_eps\n", sections)
     assert [h.split(":")[0] for h in caught] == ["2", "3", "4", "5", "6"]
-    assert "2: cfg.sandbox.workers" in caught and "6: cfg.seed" in caught
+    assert "2: cfg.executor.workers" in caught and "6: cfg.seed" in caught
 
 
 def test_the_sublayer_checker_sees_upward_and_sideways_imports(tmp_path, monkeypatch):

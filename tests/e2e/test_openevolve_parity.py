@@ -193,8 +193,8 @@ def test_default_campaign_on_example_runs_its_full_budget(name, examples, tmp_pa
     from evolve.runner import start
 
     folder, _ = examples[name]
-    cfg = CampaignConfig(problems_dir=[str(folder)], problems=[folder.name], iterations=3, islands=1, answers=2,
-                         group=1, workers=1, seed=0, out=str(tmp_path / "run"))
+    cfg = CampaignConfig(problems_dir=[str(folder)], problems=[folder.name], seed=0, out=str(tmp_path / "run"),
+                         search={"iterations": 3, "islands": 1, "answers": 2, "group": 1}, executor={"workers": 1})
     _, summary = start(cfg, progress=False)
     assert summary["iterations"] == 3 and summary["solved"] == 0, summary
     assert summary["best"][folder.name]["scalar"] >= 0.0

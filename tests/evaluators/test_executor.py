@@ -15,7 +15,7 @@ from tests.campaign_helpers import vevo
 
 def test_registry_and_local_executor():
     assert set(EXECUTORS) >= {"local", "ray"}
-    cfg = load_config(None, {"workers": 1})
+    cfg = load_config(None, {"executor.workers": 1})
     assert executor_spec(cfg) == ExecutorSpec(kind="local", workers=1, ray_address=None, unsafe_no_sandbox=False)
     ex = make_executor(executor_spec(cfg))
     try:
@@ -29,7 +29,7 @@ def test_registry_and_local_executor():
 
 def test_unknown_executor_is_one_line():
     with pytest.raises(ConfigError, match="executor"):
-        load_config(None, {"executor": "slurm"})
+        load_config(None, {"executor.kind": "slurm"})
 
     with pytest.raises(ExecutorError, match="unknown executor 'slurm'; known: local, ray"):
         make_executor(ExecutorSpec(kind="slurm"))

@@ -122,10 +122,11 @@ def test_campaign_on_two_node_cluster_survives_a_node_kill(cluster, tmp_path, de
         ex = RayExecutor(workers=1)
         assert ex.wait_for_nodes(2) == 2 and ex.isolation.get("pid") and ex.isolation.get("network") == "netns"
         wrapped = KillNodeOnCall(ex, c, extra, at=6)
-        cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}",
-                                 "iterations": 30, "answers": 3, "group": 2, "workers": 1, "seed": 5,
-                                 "pipeline_depth": depth,
-                                 "executor": "ray", "ray_address": c.address, "out": str(tmp_path / "ray")})
+        cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer.spec": f"replay:{replay}",
+                                 "search.iterations": 30, "search.answers": 3, "search.group": 2,
+                                 "executor.workers": 1, "seed": 5, "search.pipeline_depth": depth,
+                                 "executor.kind": "ray", "executor.ray_address": c.address,
+                                 "out": str(tmp_path / "ray")})
         start(cfg, progress=False, evaluator=wrapped)
         assert wrapped.killed_at is not None and wrapped.killed_at < wrapped.inflight.calls  # mid-run
         assert ex.lost_nodes == 1 and ex.rerun > 0  # the dead node's candidates ran again on the head
@@ -150,7 +151,7 @@ def test_kill_nine_of_a_ray_driver_then_resume(cluster, tmp_path, depth):
     c, _ = cluster
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("retire_solved: false\n")
+    cfg.write_text("search: {retire_solved: false}\n")
     args = [str(cfg), *run_args(replay, 3, 120, depth)]
     vevo("run", *args, "--out", str(tmp_path / "ref"))
     run = tmp_path / "killed"

@@ -84,7 +84,7 @@ def test_campaign_with_hostile_candidates_finishes(tmp_path):
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS[:2], extra=hostile)
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("eval_timeout: 1.5\nretire_solved: false\n")
+    cfg.write_text("executor: {eval_timeout: 1.5}\nsearch: {retire_solved: false}\n")
     vevo("run", str(cfg), *IDS[:4], "--proposer", f"replay:{replay}", "--iterations", "16", "--answers", "2",
          "--group", "2", "--out", str(run), "--quiet", timeout=600)
     show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
@@ -103,7 +103,8 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_ki
     cfg = tmp_path / "c.yaml"
     # at depth 3, 2 islands in all: batches of the same island are in flight together (staleness, and programs
     # committed by an earlier batch while a later one was evaluated)
-    cfg.write_text(f"retire_solved: false\npipeline_depth: {depth}\n" + ("islands: 1\n" if depth > 1 else ""))
+    islands = ", islands: 1" if depth > 1 else ""
+    cfg.write_text(f"search: {{retire_solved: false, pipeline_depth: {depth}{islands}}}\n")
     ids = IDS if depth == 1 else IDS[:4]
     args = [str(cfg), *ids, "--proposer", f"replay:{replay}", "--iterations", "2000", "--answers", "3",
             "--group", "2", "--workers", "2", "--seed", "3", "--quiet"]

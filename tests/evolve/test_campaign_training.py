@@ -20,20 +20,17 @@ pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(),
 
 CFG = """
 suite: pbe-train
-proposer: tiny
-iterations: 8
-islands: 1
-answers: 2
-group: 2
-max_tokens: 160
-workers: 2
-train: vpo
-train_every: 2
-train_batch: 2
-train_lr: 0.001
-retire_solved: false
+proposer: {spec: tiny}
+search: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}
+sampling: {max_tokens: 160}
+executor: {workers: 2}
 seed: 5
-"""
+train:
+  algo: vpo
+  every: 2
+  batch: 2
+  lr: 0.001
+"""  # train last: a test's extra keys (indented) continue its section
 
 
 def _cfg(tmp_path: Path, extra: str = "") -> Path:
@@ -72,15 +69,15 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
 
 
 def _default_schedule_cfg(tmp_path: Path) -> tuple[Path, int]:
-    """CFG with the shipped training schedule (no train_every / train_batch / train_lr), long enough for two
+    """CFG with the shipped training schedule (no train.every / train.batch / train.lr), long enough for two
     updates; and the iteration of the first update."""
     from evolve.config import CampaignConfig
 
     every = CampaignConfig().train.every
     text = "".join(line + "\n" for line in CFG.strip().splitlines()
-                   if not line.startswith(("train_every", "train_batch", "train_lr", "iterations")))
+                   if not line.startswith(("  every", "  batch", "  lr")))
     p = tmp_path / "cfg.yaml"
-    p.write_text(text + f"iterations: {2 * every + 2}\n")
+    p.write_text(text.replace("iterations: 8", f"iterations: {2 * every + 2}"))
     return p, every
 
 
@@ -90,7 +87,7 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, sc
     if schedule == "shipped default":  # the schedule `--train vpo` runs with, unchanged
         cfg, kill_after = _default_schedule_cfg(tmp_path)
     else:  # replay-buffer training: older groups drawn by a seeded RNG, novelty-shaped rewards, both resume exactly
-        cfg, kill_after = _cfg(tmp_path, "train_replay_older: 0.5\ntrain_reward: novel\n"), 2
+        cfg, kill_after = _cfg(tmp_path, "  replay_older: 0.5\n  reward: novel\n"), 2
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
@@ -135,20 +132,22 @@ def test_every_training_knob_reaches_the_trainer():
     from evolve.runner import backend_kwargs
     from evolve.trainer_setup import training_config
 
-    cfg = load_config(None, {"train": "vpo", "train_clip_eps": 0.1, "train_kl_beta": 0.0, "train_micro_batch": 2,
-                             "train_minibatch": 4, "train_max_seq_len": 512, "train_grad_checkpointing": True,
-                             "train_epochs": 2, "temperature": 0.7, "top_p": 0.95, "train_is_cap": 3.0,
-                             "proposer": "vllm:/m", "chat": True, "train_lora_rank": 128})
+    cfg = load_config(None, {"train.algo": "vpo", "train.clip_eps": 0.1, "train.kl_beta": 0.0, "train.micro_batch": 2,
+                             "train.minibatch": 4, "train.max_seq_len": 512, "train.grad_checkpointing": True,
+                             "train.epochs": 2, "sampling.temperature": 0.7, "sampling.top_p": 0.95,
+                             "train.is_cap": 3.0, "proposer.spec": "vllm:/m", "sampling.chat": True,
+                             "train.lora_rank": 128})
     tc = training_config(cfg)
     assert (tc.clip_eps, tc.kl_beta, tc.micro_batch, tc.minibatch, tc.max_seq_len, tc.gradient_checkpointing,
             tc.epochs, tc.temperature, tc.top_p, tc.is_cap) == (0.1, 0.0, 2, 4, 512, True, 2, 0.7, 0.95, 3.0)
-    assert training_config(load_config(None, {"train": "vpo", "train_batch": 3})).minibatch == 6  # old default
+    assert training_config(load_config(None, {"train.algo": "vpo", "train.batch": 3})).minibatch == 6  # old default
     kw = backend_kwargs(cfg)
     assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
-    assert backend_kwargs(load_config(None, {"proposer": "tiny"}))["chat"] == "auto"
-    for bad, key in (({"train_lora_rnak": 4}, "did you mean 'train_lora_rank'"),
-                     ({"train": "vpo", "proposer_dtype": "float16"}, "loss scaling"),
-                     ({"train": "vpo", "temperature": 0}, "greedy"), ({"chat": "maybe"}, "chat")):
+    assert backend_kwargs(load_config(None, {"proposer.spec": "tiny"}))["chat"] == "auto"
+    for bad, key in (({"train.lora_rnak": 4}, "did you mean 'train.lora_rank'"),
+                     ({"train.algo": "vpo", "proposer.dtype": "float16"}, "loss scaling"),
+                     ({"train.algo": "vpo", "sampling.temperature": 0}, "greedy"),
+                     ({"sampling.chat": "maybe"}, "sampling.chat")):
         with pytest.raises(ConfigError, match=key):
             load_config(None, bad)
 
@@ -157,7 +156,7 @@ def test_train_group_sets_the_trained_proposers_group_and_each_step_learns_from_
     """train.group: the trained proposer samples that many completions per prompt (the search's `group` is for
     untrained runs), and a step every iteration on one group trains on exactly those completions."""
     run = tmp_path / "run"
-    cfg = _cfg(tmp_path, "train_group: 3\ntrain_probe_every: 0\n")
+    cfg = _cfg(tmp_path, "  group: 3\n  probe_every: 0\n")
     vevo("run", str(cfg), "--iterations", "3", "--train-every", "1", "--train-batch", "1", "--out", str(run),
          "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:

@@ -72,9 +72,10 @@ class RecordingHook:
 
 
 def campaign(run, backend, hook, iterations: int, pool) -> Campaign:
-    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": "seeded", "iterations": iterations,
-                             "islands": 1, "answers": 2, "group": 2, "seed": 0, "pipeline_depth": 3,
-                             "retire_solved": False, "out": str(run)})
+    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer.spec": "seeded",
+                             "search.iterations": iterations, "search.islands": 1, "search.answers": 2,
+                             "search.group": 2, "seed": 0, "search.pipeline_depth": 3, "search.retire_solved": False,
+                             "out": str(run)})
     return Campaign(cfg, run, PROBS, backend, pool, trainer=hook)
 
 

@@ -44,8 +44,8 @@ def _folder(root: Path, name: str = "above_one") -> Path:
 
 def test_open_ended_campaign_runs_its_budget_and_prompts_carry_metrics_and_artifacts(tmp_path):
     folder = _folder(tmp_path / "probs")
-    cfg = CampaignConfig(problems_dir=[str(folder)], problems=["above_one"], iterations=4, islands=1, answers=2,
-                         group=1, workers=1, seed=0, out=str(tmp_path / "run"))
+    cfg = CampaignConfig(problems_dir=[str(folder)], problems=["above_one"], seed=0, out=str(tmp_path / "run"),
+                         search={"iterations": 4, "islands": 1, "answers": 2, "group": 1}, executor={"workers": 1})
     run_dir, summary = start(cfg, progress=False)
     # the seed scores 1.5 (>= 1.0, the old "solved" rule): an OpenEvolve folder has no target, so nothing retires
     assert summary["iterations"] == 4 and summary["solved"] == 0, summary

@@ -117,9 +117,9 @@ def replay_file(path: Path) -> Path:
 def run_depth(tmp: Path, name: str, depth: int, delay_seed: int) -> tuple[list[dict], ProbedBackend, ShuffledPool]:
     run = tmp / name
     replay = replay_file(tmp / "r.jsonl")
-    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}", "iterations": 40,
-                             "islands": 1, "answers": 3, "group": 2, "seed": 0, "pipeline_depth": depth,
-                             "retire_solved": False, "out": str(run)})
+    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer.spec": f"replay:{replay}",
+                             "search.iterations": 40, "search.islands": 1, "search.answers": 3, "search.group": 2,
+                             "seed": 0, "search.pipeline_depth": depth, "search.retire_solved": False, "out": str(run)})
     run.mkdir(parents=True)
     backend = ProbedBackend(replay, run / "archive.db")
     ev = ShuffledPool(workers=2, seed=delay_seed)
@@ -166,9 +166,9 @@ def test_an_executor_error_stops_the_run_and_resume_at_another_depth_finishes_it
 
     run = tmp_path / "run"
     replay = replay_file(tmp_path / "r.jsonl")
-    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer": f"replay:{replay}", "iterations": 30,
-                             "islands": 1, "answers": 3, "group": 2, "seed": 0, "pipeline_depth": 4,
-                             "retire_solved": False, "out": str(run)})
+    cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer.spec": f"replay:{replay}",
+                             "search.iterations": 30, "search.islands": 1, "search.answers": 3, "search.group": 2,
+                             "seed": 0, "search.pipeline_depth": 4, "search.retire_solved": False, "out": str(run)})
     ev = BreaksAtCall(ShuffledPool(workers=2, seed=0), 6)
     with pytest.raises(RuntimeError, match="executor broke"):
         start(cfg, progress=False, evaluator=ev)

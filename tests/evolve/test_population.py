@@ -8,7 +8,7 @@ import pytest
 
 from evaluators.types import Evaluation
 from evolve.archive import ProgramRecord
-from evolve.config import SelectionConfig
+from evolve.config import SearchSection
 from evolve.population import Population, ResumeError, state_key
 from proposer.answers.mutate import normalized_hash
 
@@ -22,9 +22,11 @@ def code(i: int) -> str:
     return f"def f(x):\n    return x + {i}\n"
 
 
-def grown(seed: int = 0, **sel) -> Population:
+def grown(seed: int = 0, migration_every: int = 10) -> Population:
     """Two problems, two islands each, seeds plus five programs per island, selection by tournament."""
-    pop = Population(["a", "b"], 2, seed, SelectionConfig(method="tournament", **sel), retire_solved=True)
+    search = SearchSection(islands=2, retire_solved=True, selection={"method": "tournament"},
+                           migration={"every": migration_every})
+    pop = Population(["a", "b"], search, seed)
     for pid, problem in ((1, "a"), (2, "b")):
         pop.add_seed(pid, problem, code(-pid), ev([0.0, 0.0, 0.0]), normalized_hash(code(-pid)))
     pop.n_programs = 2

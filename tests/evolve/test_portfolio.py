@@ -88,7 +88,7 @@ def test_config_rules_are_one_line_errors(tmp_path):
     base = {"proposers": [{"name": "a", "spec": "tiny", "train": True}, {"name": "b", "spec": "tiny"}]}
     cfg = load_config(None, {**base, "train": {"algo": "vpo"}, "portfolio": {"policy": "thompson"}})
     assert [m.name for m in cfg.proposers] == ["a", "b"] and cfg.portfolio.policy == "thompson"
-    assert load_config(None, {"portfolio": "fixed"}).portfolio.policy == "fixed"  # the flat (CLI) spelling
+    assert load_config(None, {"portfolio.policy": "fixed"}).portfolio.policy == "fixed"  # the flat (CLI) spelling
     for bad, msg in [({**base}, "train.algo is none"),
                      ({**base, "train": {"algo": "vpo"}, "portfolio": {"policy": "greedy"}}, "unknown portfolio"),
                      ({"proposers": [{"name": "a", "spec": "tiny"}, {"name": "a", "spec": "tiny"}]}, "more than once"),
@@ -131,8 +131,8 @@ def portfolio_config(tmp: Path, policy: str, iterations: int, depth: int = 1, we
                      members=("good", "bad")) -> Path:
     good, bad = replay_members(tmp)
     files = {"good": good, "bad": bad}
-    lines = [f"problems_dir: [{squares_problem(tmp / 'probs')}]", f"iterations: {iterations}", "islands: 1",
-             "answers: 1", "group: 2", "seed: 3", f"pipeline_depth: {depth}", "sandbox: {workers: 2}",
+    lines = [f"problems_dir: [{squares_problem(tmp / 'probs')}]", "seed: 3", "executor: {workers: 2}",
+             f"search: {{iterations: {iterations}, islands: 1, answers: 1, group: 2, pipeline_depth: {depth}}}",
              f"portfolio: {{policy: {policy}}}", "proposers:"]
     for name, w in zip(members, weights):
         lines.append(f"  - {{name: {name}, spec: 'replay:{files[name.rstrip('0123456789')]}', weight: {w}}}")
@@ -245,7 +245,8 @@ def test_kill_nine_and_resume_of_a_ucb_campaign_equals_the_uninterrupted_run(tmp
 
 def test_only_the_trained_member_changes_policy_version_and_shares_the_weights(tmp_path):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("suite: pbe\niterations: 8\nislands: 1\nanswers: 2\ngroup: 2\nseed: 1\nmax_tokens: 96\n"
+    cfg.write_text("suite: pbe\nsearch: {iterations: 8, islands: 1, answers: 2, group: 2}\nseed: 1\n"
+                   "sampling: {max_tokens: 96}\n"
                    "train: {algo: vpo, every: 3, batch: 2}\nportfolio: {policy: round_robin}\nproposers:\n"
                    "  - {name: policy, spec: tiny, train: true}\n  - {name: base, spec: tiny}\n")
     run = tmp_path / "run"
@@ -329,7 +330,7 @@ def test_the_frozen_member_is_the_trained_backend_with_its_adapter_off(tmp_path)
     cfg = load_config(None, {"suite": "pbe", "train": {"algo": "vpo"}, "proposers": [
         {"name": "policy", "spec": "tiny", "train": True}, {"name": "base", "spec": "tiny"}]})
     built = []
-    primary, members = build_members(cfg, lambda spec: built.append(spec) or make_backend(spec))
+    primary, members = build_members(cfg, lambda spec, options: built.append(spec) or make_backend(spec, **options))
     assert built == ["tiny"] and isinstance(members[1][1], FrozenAdapterView) and members[1][1].inner is primary
     torch.manual_seed(0)
     primary.model = wrap_lora(primary.model, 8, None, None)

@@ -42,9 +42,9 @@ def _repeating_backend(lo):
 
 def _run(lo, run_dir, iterations, depth, floor, loads):
     probs = lo.scale_problems(3)
-    cfg = CampaignConfig(problems=[p.id for p in probs], proposer="fresh", iterations=iterations, islands=2,
-                         answers=4, group=2, seed=3, pipeline_depth=depth,
-                         selection={"island_capacity": 6, "migration_every": 4})
+    cfg = CampaignConfig(problems=[p.id for p in probs], proposer={"spec": "fresh"}, seed=3,
+                         search={"iterations": iterations, "islands": 2, "answers": 4, "group": 2,
+                                 "pipeline_depth": depth, "island_capacity": 6, "migration": {"every": 4}})
     camp = Campaign(cfg, run_dir, probs, _repeating_backend(lo), lo.HashEvaluator())
     camp.population.cache = MemberCache(camp.population.cache._load, camp.population.cache._live, floor=floor)
     load = camp.population.cache._load

@@ -24,7 +24,7 @@ def ratio_of_rewards(pool, lr: float) -> tuple[float, list[float]]:
     from problems.registry import Registry
     from proposer.backends import make_backend
 
-    cfg = CampaignConfig(group=8, answers=4, seed=0, train={"algo": "vpo", "batch": 1, "probe_every": 0})
+    cfg = CampaignConfig(search={"group": 8, "answers": 4}, seed=0, train={"algo": "vpo", "batch": 1, "probe_every": 0})
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr": lr})})  # lr 0 is below the validator
     torch.manual_seed(0)
     hist = train(make_backend("tiny"), [Registry().get(PROBLEM)], pool, cfg, steps=STEPS, log=lambda s: None)

@@ -28,7 +28,7 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     from proposer.backends.logprobs import completion_logprobs
     from proposer.training.trainer import PolicyTrainer, TrainSample
 
-    cfg = CampaignConfig(train="vpo")
+    cfg = CampaignConfig(train={"algo": "vpo"})
     torch.manual_seed(0)
     backend = make_backend("tiny")
     model = wrap_lora(backend.model, cfg.train.lora_rank, cfg.train.lora_alpha) if cfg.train.lora else backend.model
@@ -36,7 +36,8 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     sp = SamplingParams(temperature=cfg.sampling.temperature, max_tokens=200, seed=7)
     held = SUITES["pbe-hard-heldout"]()[:4]
     held_seeds = pool.evaluate_many([(p, p.seed_code) for p in held])
-    probes = [c for g in backend.generate([seed_prompt(p, s, cfg.answers) for p, s in zip(held, held_seeds)], 2, sp)
+    m = cfg.search.answers
+    probes = [c for g in backend.generate([seed_prompt(p, s, m) for p, s in zip(held, held_seeds)], 2, sp)
               for c in g if c.token_ids]
     args = ([c.prompt_token_ids for c in probes], [c.token_ids for c in probes])
     with torch.no_grad():
@@ -45,10 +46,10 @@ def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):
     # one step as a campaign takes it: train_batch groups of G completions of m answers, VPO advantages
     train = SUITES["pbe-hard-train"]()[: cfg.train.batch]
     seeds = pool.evaluate_many([(p, p.seed_code) for p in train])
-    groups = backend.generate([seed_prompt(p, s, cfg.answers) for p, s in zip(train, seeds)], cfg.group, sp)
+    groups = backend.generate([seed_prompt(p, s, m) for p, s in zip(train, seeds)], cfg.search.group, sp)
     mats, gids, comps = [], [], []
     for gi, (p, s, g) in enumerate(zip(train, seeds, groups)):
-        ms = score_completions(p, [c.text for c in g], cfg.answers, pool, d=len(s.vector)).matrices
+        ms = score_completions(p, [c.text for c in g], cfg.search.answers, pool, d=len(s.vector)).matrices
         mats += ms
         gids += [gi] * len(ms)
         comps += g

@@ -25,7 +25,7 @@ def tiny_server(tmp_path_factory):
 def test_short_campaign_through_vllm_serve(tiny_server, tmp_path):
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("max_tokens: 256\nretire_solved: false\n")
+    cfg.write_text("sampling: {max_tokens: 256}\nsearch: {retire_solved: false}\n")
     vevo("run", str(cfg), "--suite", "pbe-heldout", "--proposer", f"openai:{tiny_server}", "--iterations", "6",
          "--islands", "1", "--answers", "4", "--group", "2", "--out", str(run), "--quiet", timeout=900)
     show = json.loads(vevo("runs", "show", str(run), "--json").stdout)
@@ -48,8 +48,8 @@ def test_vllm_campaign_trains_and_hot_swaps_lora(tmp_path):
 
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("max_tokens: 160\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
-                   "train_lr: 0.001\nseed: 5\n")
+    cfg.write_text("sampling: {max_tokens: 160}\nsearch: {retire_solved: false}\n"
+                   "train: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n")
     vevo("run", str(cfg), "--suite", "pbe-train", "--proposer", f"vllm:{TINY_CHECKPOINT}", "--iterations", "6",
          "--islands", "1", "--answers", "2", "--group", "2", "--out", str(run), "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:
@@ -77,9 +77,9 @@ def test_killed_vllm_training_campaign_resumes(tmp_path):
 
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("max_tokens: 96\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
-                   "train_lr: 0.001\nseed: 5\nsuite: pbe-train\niterations: 8\nislands: 1\nanswers: 2\ngroup: 2\n"
-                   f"proposer: vllm:{TINY_CHECKPOINT}\n")
+    cfg.write_text("sampling: {max_tokens: 96}\ntrain: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n"
+                   "suite: pbe-train\nsearch: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}\n"
+                   f"proposer: {{spec: 'vllm:{TINY_CHECKPOINT}'}}\n")
     p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
                          cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, start_new_session=True)

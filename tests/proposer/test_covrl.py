@@ -250,19 +250,12 @@ def test_covrl_steps_raise_heldout_reference_likelihood_under_the_prior_template
 
 COVRL_CFG = """
 suite: pbe
-proposer: tiny
-iterations: 8
-islands: 1
-answers: 2
-group: 2
-max_tokens: 160
-workers: 2
-train: covrl
-train_every: 2
-train_batch: 2
-retire_solved: false
+proposer: {spec: tiny}
+search: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}
+sampling: {max_tokens: 160}
+executor: {workers: 2}
+train: {algo: covrl, every: 2, batch: 2, covrl: {reason_tokens: 12}}
 seed: 5
-train_covrl_reason_tokens: 12
 """
 
 
@@ -339,4 +332,4 @@ def test_standalone_covrl_needs_reference_solutions():
 
     probs = [dataclasses.replace(p, reference_code=None) for p in SUITES["pbe-train"]()[:2]]
     with pytest.raises(ValueError, match="needs problems with reference solutions; none of the 2"):
-        train(make_backend("tiny"), probs, pool=None, cfg=CampaignConfig(train="covrl"), steps=1)
+        train(make_backend("tiny"), probs, pool=None, cfg=CampaignConfig(train={"algo": "covrl"}), steps=1)

@@ -21,30 +21,39 @@ HAVE_VLLM = importlib.util.find_spec("vllm") is not None
 
 
 def test_config_keys_and_their_one_line_errors():
-    cfg = load_config(None, {"proposer": "vllm-ray:/m", "vllm_replicas": 3, "vllm_tensor_parallel_size": 2,
-                             "vllm_restarts": 0, "ray_address": "10.0.0.1:6379"})
-    assert (cfg.vllm_replicas, cfg.vllm_tensor_parallel_size, cfg.vllm_restarts) == (3, 2, 0)
-    assert load_config(None, {}).vllm_replicas == 1 and load_config(None, {}).vllm_restarts == 1
-    for over, msg in (({"vllm_replicas": 0}, "'vllm_replicas': Input should be greater than or equal to 1"),
-                      ({"vllm_tensor_parallel_size": 0}, "'vllm_tensor_parallel_size': Input should be greater"),
-                      ({"vllm_restarts": -1}, "'vllm_restarts': Input should be greater than or equal to 0"),
-                      ({"vllm_replicas": 2, "proposer": "vllm:/m"}, "'vllm_replicas': 2 replicas are started for "
-                       "vllm-ray:PATH proposers only, not 'vllm:/m'"),
-                      ({"vllm_replicas": "two"}, "'vllm_replicas': Input should be a valid integer")):
+    cfg = load_config(None, {"proposer.spec": "vllm-ray:/m", "proposer.options.replicas": 3,
+                             "proposer.options.tensor_parallel_size": 2, "proposer.options.restarts": 0,
+                             "executor.ray_address": "10.0.0.1:6379"})
+    assert cfg.proposer.options == {"replicas": 3, "tensor_parallel_size": 2, "restarts": 0}
+    assert backend_kwargs(load_config(None, {"proposer.spec": "vllm-ray:/m"}))["replicas"] == 1
+    assert backend_kwargs(load_config(None, {"proposer.spec": "vllm-ray:/m"}))["restarts"] == 1
+    opt = "proposer.options."
+    for over, msg in (({opt + "replicas": 0}, "'proposer.options.replicas' of backend 'vllm-ray': Input should be "
+                       "greater than or equal to 1"),
+                      ({opt + "tensor_parallel_size": 0}, "'proposer.options.tensor_parallel_size' of backend "
+                       "'vllm-ray': Input should be greater"),
+                      ({opt + "restarts": -1}, "'proposer.options.restarts' of backend 'vllm-ray': Input should be "
+                       "greater than or equal to 0"),
+                      ({opt + "replicas": 2, "proposer.spec": "vllm:/m"}, "'proposer.options.replicas' is not an "
+                       "option of backend 'vllm'"),
+                      ({opt + "replicas": "two"}, "'proposer.options.replicas' of backend 'vllm-ray': Input should "
+                       "be a valid integer")):
         with pytest.raises(ConfigError) as ei:
-            load_config(None, {"proposer": "vllm-ray:/m", **over})
+            load_config(None, {"proposer.spec": "vllm-ray:/m", **over})
         assert msg in str(ei.value) and "\n" not in str(ei.value)
 
 
 def test_runner_hands_the_backend_replicas_tp_share_and_the_one_ray_address():
-    cfg = load_config(None, {"proposer": "vllm-ray:/m", "vllm_replicas": 2, "vllm_tensor_parallel_size": 2,
-                             "ray_address": "127.0.0.1:6379", "train": "vpo"})
+    cfg = load_config(None, {"proposer.spec": "vllm-ray:/m", "proposer.options.replicas": 2,
+                             "proposer.options.tensor_parallel_size": 2, "executor.ray_address": "127.0.0.1:6379",
+                             "train.algo": "vpo"})
     kw = backend_kwargs(cfg)
     assert kw["replicas"] == 2 and kw["tensor_parallel_size"] == 2 and kw["restarts"] == 1
     assert kw["ray_address"] == "127.0.0.1:6379"  # executor.ray_address: one cluster serves both
     assert kw["gpu_memory_utilization"] == 0.85  # the trainer is on the driver, not in the engines' GPUs
     assert kw["max_lora_rank"] >= 64
-    local = backend_kwargs(load_config(None, {"proposer": "vllm:/m", "train": "vpo", "vllm_tensor_parallel_size": 4}))
+    local = backend_kwargs(load_config(None, {"proposer.spec": "vllm:/m", "train.algo": "vpo",
+                                              "proposer.options.tensor_parallel_size": 4}))
     assert local["gpu_memory_utilization"] == 0.5 and local["tensor_parallel_size"] == 4 and "replicas" not in local
     assert "vllm-ray:PATH" in expected_specs() and spec_kind("vllm-ray:/m") == "vllm-ray"
 
@@ -92,7 +101,7 @@ def test_bad_arguments_are_one_line_before_ray_starts(tmp_path):
     for kw, msg in (({"replicas": 0}, "replicas must be >= 1"),
                     ({"tensor_parallel_size": 0}, "tensor_parallel_size must be >= 1"),
                     ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization must be in"),
-                    ({"enable_sleep_mode": True}, "vllm_sleep is for a vllm: engine")):
+                    ({"enable_sleep_mode": True}, r"sleep mode \(proposer.options.sleep\) is for a vllm: engine")):
         with pytest.raises(BackendError, match=msg):
             make_backend(f"vllm-ray:{TINY_CHECKPOINT}", **kw)
     with pytest.raises(BackendError, match="model path .* not found"):

@@ -29,9 +29,12 @@ def tiny_lm():
     return TinyLM(TINY_CHECKPOINT)
 
 
-def _cfg(out, **kw):
-    base = {"problems": PROBLEMS, "iterations": 6, "islands": 1, "answers": 2, "group": 2, "workers": 1,
-            "max_tokens": 24, "seed": 4, "retire_solved": False, "out": str(out)}
+def _cfg(out, proposer: str, **search):
+    """A short run of ``proposer``; ``search``: search keys, or train_every and train (a training run)."""
+    kw = {"proposer.spec": proposer, "train.algo": search.pop("train", None),
+          "train.every": search.pop("train_every", None), **{f"search.{k}": v for k, v in search.items()}}
+    base = {"problems": PROBLEMS, "search.iterations": 6, "search.islands": 1, "search.answers": 2, "search.group": 2,
+            "executor.workers": 1, "sampling.max_tokens": 24, "seed": 4, "search.retire_solved": False, "out": str(out)}
     return load_config(None, {**base, **kw})
 
 
@@ -179,8 +182,7 @@ def test_training_with_concurrent_generation_is_reproducible_and_resumes_exactly
 
     lm_a, lm_b = TinyLM(TINY_CHECKPOINT), TinyLM(TINY_CHECKPOINT)
     a, b = Server(lm_a, delay=0.2), Server(lm_b, delay=0.2)
-    kw = dict(proposer=f"openai:{a.url},{b.url}", pipeline_depth=3, iterations=10, train="vpo", train_every=3,
-              temperature=1.0)
+    kw = dict(proposer=f"openai:{a.url},{b.url}", pipeline_depth=3, iterations=10, train="vpo", train_every=3)
     try:
         for name in ("r1", "r2"):
             start(_cfg(tmp_path / name, **kw), progress=False, backend=_trained_replicas(a, b))

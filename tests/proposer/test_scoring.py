@@ -80,8 +80,8 @@ def campaign(tmp_path_factory):
     model writes f: prompts and answers are renamed), plus a replay file of hand-made completions."""
     tmp = tmp_path_factory.mktemp("scoring")
     problem = load_native(new_problem("sq", "io", tmp))
-    cfg = load_config(None, {"problems_dir": [str(tmp)], "proposer": "tiny", "iterations": 2, "seed": 0,
-                             "islands": 1, "out": str(tmp / "run")})
+    cfg = load_config(None, {"problems_dir": [str(tmp)], "proposer.spec": "tiny", "search.iterations": 2, "seed": 0,
+                             "search.islands": 1, "out": str(tmp / "run")})
     start(cfg, progress=False)
     with Archive(tmp / "run" / "archive.db", readonly=True) as a:
         groups = a.recent_groups(10)
@@ -92,10 +92,10 @@ def campaign(tmp_path_factory):
 def test_verl_export_shows_the_campaigns_first_prompt(campaign, pool):
     problem, cfg, groups, seed_row = campaign
     assert any(seed_row.vector) and not all(seed_row.vector)  # zeros would be a different prompt
-    row = export_rows([problem], pool, m=cfg.answers, alias="f")[0]
+    row = export_rows([problem], pool, m=cfg.search.answers, alias="f")[0]
     assert row["prompt"][0]["content"] == groups[0].prompt
     assert row["extra_info"]["alias"] == "f" and row["extra_info"]["parent_code"] == problem.seed_code
-    plain = export_rows([problem], pool, m=cfg.answers)[0]["prompt"][0]["content"]  # a model writing solve
+    plain = export_rows([problem], pool, m=cfg.search.answers)[0]["prompt"][0]["content"]  # a model writing solve
     assert "def solve(" in plain and "def f(" not in plain
 
 
@@ -130,9 +130,9 @@ def test_hand_made_completions_score_alike_everywhere(tmp_path, pool):
              "no answers at all"]
     replay = tmp_path / "r.jsonl"
     replay.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    cfg = load_config(None, {"problems_dir": [str(tmp_path / "problems")], "proposer": f"replay:{replay}",
-                             "iterations": 1, "seed": 0, "islands": 1, "answers": 3, "group": 3,
-                             "out": str(tmp_path / "run")})
+    cfg = load_config(None, {"problems_dir": [str(tmp_path / "problems")], "proposer.spec": f"replay:{replay}",
+                             "search.iterations": 1, "seed": 0, "search.islands": 1, "search.answers": 3,
+                             "search.group": 3, "out": str(tmp_path / "run")})
     start(cfg, progress=False)
     with Archive(tmp_path / "run" / "archive.db", readonly=True) as a:
         archived = [c.answer_vectors for c in a.recent_groups(1)[0].completions]

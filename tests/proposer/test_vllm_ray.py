@@ -91,8 +91,8 @@ def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_p
     """One Ray cluster serves the sandboxes (executor ray) and the engines; --train vpo as with vllm:PATH."""
     run, cfg = tmp_path / "run", tmp_path / "c.yaml"
     # a transformers learner in the driver, each adapter published to the actors
-    cfg.write_text("max_tokens: 96\nretire_solved: false\ntrain: vpo\ntrain_every: 2\ntrain_batch: 2\n"
-                   "train_lr: 0.001\nseed: 5\n")
+    cfg.write_text("sampling: {max_tokens: 96}\nsearch: {retire_solved: false}\n"
+                   "train: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n")
     seen: dict = {}
 
     def kill_one_after_both_served():

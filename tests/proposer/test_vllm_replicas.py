@@ -27,7 +27,7 @@ def test_two_vllm_replicas_one_killed_mid_run(tmp_path):
         url_b = doomed.enter_context(vllm_server(TINY_CHECKPOINT, tmp_path / "b.log", args))
         run = tmp_path / "run"
         cfg = tmp_path / "c.yaml"
-        cfg.write_text("max_tokens: 128\nretire_solved: false\n")
+        cfg.write_text("sampling: {max_tokens: 128}\nsearch: {retire_solved: false}\n")
         killed = threading.Event()
 
         def kill_b():

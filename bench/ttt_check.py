@@ -66,7 +66,7 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, probe_every: int) -
 
 def interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, lower, upper) of a 95% t interval."""
-    from evolve.arms import t95
+    from evolve.stats import t95
 
     v = np.asarray(values, float)
     if not v.size:
@@ -78,6 +78,9 @@ def interval(values: list[float]) -> tuple[float, float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed+seeds-1")
+    ap.add_argument("--arms", default=",".join(ARMS), help="comma-separated; the check needs vpo-g8 only")
+    ap.add_argument("--table", default="ttt_check", help="name of the table, JSON and plot files")
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--probe-every", type=int, default=10, help="policy versions between probes")
     ap.add_argument("--quick", action="store_true")
@@ -89,9 +92,10 @@ def main() -> None:
     from evolve.arms import difference
 
     runs = Path(args.runs_dir)
-    res: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
-    for seed in range(args.seeds):
-        for arm in ARMS:
+    arms = [a for a in args.arms.split(",") if a]
+    res: dict[str, dict[int, dict]] = {a: {} for a in arms}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for arm in arms:
             d = runs / arm / f"seed-{seed}"
             t = time.perf_counter()
             run(d, arm, seed, args.iterations, args.probe_every)
@@ -100,10 +104,10 @@ def main() -> None:
             print(f"seed {seed} {arm}: best_auc {r['best_auc']:.4f} solved {r['solved']:.0f} own slope "
                   f"{probe_slope(r['learning'])} wall {r['account']['wall_seconds']:.0f}s "
                   f"[{time.perf_counter() - t:.0f}s]", flush=True)
-    seeds = sorted(res["none-g8"])
+    seeds = sorted(res["vpo-g8"])
     for s in seeds:
-        horizon = min(res[a][s]["account"]["wall_seconds"] for a in ARMS)
-        for a in ARMS:
+        horizon = min(res[a][s]["account"]["wall_seconds"] for a in arms)
+        for a in arms:
             res[a][s]["best_auc_wall"], res[a][s]["best_wall"] = at_wall(res[a][s], horizon)
     learn = {s: res["vpo-g8"][s]["learning"] for s in seeds}
     own = [probe_slope(learn[s]) for s in seeds]
@@ -113,7 +117,10 @@ def main() -> None:
     m, lo, hi = interval([v for v in own if v is not None])
     hm, hlo, hhi = interval([v for v in held if v is not None])
     met = lo > 0
-    lines = [f"Command: `python bench/ttt_check.py{' --quick' if args.quick else ''}` ({len(seeds)} seeds, "
+    cmd = " ".join(["python bench/ttt_check.py"] + (["--quick"] if args.quick else []) +
+                   ([f"--first-seed {args.first_seed}"] if args.first_seed else []) +
+                   ([f"--arms {args.arms}"] if arms != list(ARMS) else []))
+    lines = [f"Command: `{cmd}` ({len(seeds)} seeds, "
              f"{args.iterations} iterations, suite {SUITE}, probes every {args.probe_every} versions)", "",
              "### The check: own-problem probe slope (vpo-g8), per 10 policy versions", "",
              "| probe | per seed | mean | 95% CI |", "|---|---|---|---|",
@@ -123,9 +130,10 @@ def main() -> None:
              f"{np.mean(first):.3f} → {np.mean(last):.3f} | |", "",
              f"**{'Met' if met else 'Not met'}**: the interval's lower end is {fmt(lo)}. none-g8: slope 0 by "
              "construction (its policy never changes).", "",
-             "### Search (paired by seed, vpo-g8 − none-g8)", "",
-             "| metric | budget | mean none-g8 | mean vpo-g8 | difference | 95% CI |", "|---|---|---|---|---|---|"]
-    for metric in ("best_auc", "best", "solved", "best_auc_wall", "best_wall"):
+             "### Search (paired by seed, vpo-g8 − none-g8)", ""]
+    lines += ["| metric | budget | mean none-g8 | mean vpo-g8 | difference | 95% CI |", "|---|---|---|---|---|---|"] \
+        if "none-g8" in arms else ["(none-g8 was not run)"]
+    for metric in ("best_auc", "best", "solved", "best_auc_wall", "best_wall") if "none-g8" in arms else ():
         d = difference({s: res["none-g8"][s][metric] for s in seeds}, {s: res["vpo-g8"][s][metric] for s in seeds},
                        metric, ("none-g8", "vpo-g8"))
         budget = "equal wall-clock" if "wall" in metric else "equal evaluations"
@@ -133,7 +141,7 @@ def main() -> None:
                      f"[{d.lo:+.4f}, {d.hi:+.4f}] |")
     lines += ["", "### Compute (mean per run)", "", "| arm | wall s | generation s | tokens | evaluation s | "
               "training s | steps | probes s |", "|---|---|---|---|---|---|---|---|"]
-    for a in ARMS:
+    for a in arms:
         acc = {k: np.mean([res[a][s]["account"][k] for s in seeds]) for k in res[a][seeds[0]]["account"]}
         lines.append(f"| {a} | {acc['wall_seconds']:.0f} | {acc['gen_seconds']:.0f} | {acc['gen_tokens']:.0f} | "
                      f"{acc['eval_seconds']:.0f} | {acc['train_seconds']:.0f} | {acc['train_steps']:.0f} | "
@@ -142,15 +150,15 @@ def main() -> None:
     print(text)
     out = runs if args.quick else Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "ttt_check_table.md").write_text(text)
-    (out / "ttt_check.json").write_text(json.dumps(
+    (out / f"{args.table}_table.md").write_text(text)
+    (out / f"{args.table}.json").write_text(json.dumps(
         {"seeds": seeds, "iterations": args.iterations, "suite": SUITE, "arms": ARMS, "own_slopes": own,
          "heldout_slopes": held, "met": met,
          "learning": learn}, indent=1, default=float))
-    plot(learn, seeds, out)
+    plot(learn, seeds, out / f"{args.table}.png")
 
 
-def plot(learn: dict[int, list[dict]], seeds: list[int], out: Path) -> None:
+def plot(learn: dict[int, list[dict]], seeds: list[int], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,7 +181,7 @@ def plot(learn: dict[int, list[dict]], seeds: list[int], out: Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "ttt_check.png", dpi=110)
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -107,3 +107,12 @@ def wait_for_iteration(run: Path, k: int, timeout: float, poll: float = 0.02) ->
             return True
         time.sleep(poll)
     return False
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a process a test will interrupt with SIGINT (Ctrl-C): SIGINT back to its default. A
+    shell starts background jobs (``make test &``) with SIGINT ignored, the ignore is inherited, and Python then
+    installs no KeyboardInterrupt handler, so the child would never see the test's Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -16,7 +16,7 @@ from evolve.progress import Rate, Reporter
 from evolve.study import trend
 from problems.suites import SUITES
 from proposer.answers.parsing import format_answers
-from tests.campaign_helpers import ROOT, tail, vevo
+from tests.campaign_helpers import ROOT, interruptible, tail, vevo
 
 PID = "pbe/list-1001"
 
@@ -108,7 +108,7 @@ def test_run_to_a_file_shows_progress_before_the_end(tmp_path):
            "--log-every", "0", "--log-json", str(js)]
     with open(log, "w") as f:
         p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=str(ROOT),
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=interruptible)
     try:
         seen, deadline = "", time.monotonic() + 120
         while time.monotonic() < deadline and "iteration 3/60" not in seen and p.poll() is None:

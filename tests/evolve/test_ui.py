@@ -27,7 +27,7 @@ import pytest
 from evolve.ui.charts import band, thin
 from evolve.ui.components import e
 
-from tests.campaign_helpers import ROOT, last_iteration, vevo
+from tests.campaign_helpers import ROOT, interruptible, last_iteration, vevo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -58,7 +58,8 @@ def start_ui(*args: str) -> tuple[subprocess.Popen, str]:
     """`vevo ui ... --port 0` as a user starts it; returns the process and the URL of its first line."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "ui", *args, "--port", "0"], cwd=str(ROOT),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     url = proc.stdout.readline().strip()
     assert url.startswith("http://"), (url, proc.stderr.read() if proc.poll() is not None else "")
     return proc, url
@@ -393,7 +394,8 @@ def test_status_of_a_real_run_killed_interrupted_and_finished(tmp_path):
         """Start the campaign and return once it has committed a new iteration."""
         before = last_iteration(run)
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *args], cwd=str(ROOT), env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             preexec_fn=interruptible)
         deadline = time.time() + 180
         while not (last_iteration(run) > before and (liveness.read(run) or {}).get("pid") == p.pid):
             assert p.poll() is None, p.stderr.read()[-2000:]

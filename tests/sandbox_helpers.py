@@ -62,8 +62,9 @@ HOSTILE = {
 SANDBOX_UIDS = range(200000, 300000)
 
 
-def sandbox_processes() -> list[tuple[int, int]]:
-    """(pid, uid) of every process on the host running as a sandbox uid."""
+def sandbox_processes(ignore: frozenset[int] | set[int] = frozenset()) -> list[tuple[int, int]]:
+    """(pid, uid) of every process on the host running as a sandbox uid, but the uids in ``ignore`` (other pools
+    that were already running on a shared machine: each pool has uids of its own)."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -71,6 +72,6 @@ def sandbox_processes() -> list[tuple[int, int]]:
                 uid = os.stat(f"/proc/{d}").st_uid
             except OSError:
                 continue
-            if uid in SANDBOX_UIDS:
+            if uid in SANDBOX_UIDS and uid not in ignore:
                 out.append((int(d), uid))
     return out

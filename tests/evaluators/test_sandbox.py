@@ -489,20 +489,21 @@ def test_undecodable_worker_message_is_the_candidates_crash():
         assert score(ADD, msg).status == "crash"
 
 
-def _kill_9_once_running(proc, n: int) -> None:
-    """Wait until n sandbox processes run, kill -9 proc (the orchestrator), then none may be left."""
+def _kill_9_once_running(proc, n: int, others: set[int]) -> None:
+    """Wait until n sandbox processes run, kill -9 proc (the orchestrator), then none may be left (``others``:
+    sandbox uids other pools on the machine used before the test started)."""
     try:
         deadline = time.monotonic() + 30
-        while len(sandbox_processes()) < n and time.monotonic() < deadline:
+        while len(sandbox_processes(others)) < n and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(sandbox_processes()) >= n
+        assert len(sandbox_processes(others)) >= n
     finally:
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 10
-    while sandbox_processes() and time.monotonic() < deadline:
+    while sandbox_processes(others) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert sandbox_processes() == []
+    assert sandbox_processes(others) == []
 
 
 @root_only
@@ -512,7 +513,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
     import subprocess
     import sys
 
-    assert sandbox_processes() == []
+    others = {uid for _, uid in sandbox_processes()}
     script = tmp_path / "orch.py"
     script.write_text(
         "import sys\nsys.path.insert(0, %r)\n" % str(ROOT) +
@@ -525,7 +526,7 @@ def test_kill_9_of_the_orchestrator_leaves_no_sandbox_process(tmp_path):
         "    pool.evaluate(ADD, code, time_limit=600)\n")
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    _kill_9_once_running(proc, 3)  # the candidate, its setsid daemon and a detached subprocess
+    _kill_9_once_running(proc, 3, others)  # the candidate, its setsid daemon and a detached subprocess
 
 
 @root_only
@@ -540,10 +541,10 @@ def test_kill_9_of_eval_program_mid_candidate_leaves_no_sandbox_process(tmp_path
     prog = tmp_path / "slow.py"
     prog.write_text("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\ntime.sleep(600)\n")
     tmp_path.chmod(0o755)
-    assert sandbox_processes() == []
+    others = {uid for _, uid in sandbox_processes()}
     proc = subprocess.Popen([vevo, "eval-program", str(tmp_path / "slow"), str(prog), "--timeout", "600"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _kill_9_once_running(proc, 2)  # the candidate and its setsid daemon
+    _kill_9_once_running(proc, 2, others)  # the candidate and its setsid daemon
 
 
 @root_only

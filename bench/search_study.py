@@ -44,7 +44,9 @@ ARMS = ("none", "grpo", "vpo")
 SUITE = "pbe-hard-heldout"
 
 
-def run(run_dir: Path, arm: str, seed: int, iterations: int) -> None:
+def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None) -> None:
+    """One campaign of ``SUITE`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
+    run is read, not rerun; an unfinished one (or one with a raised budget) is resumed."""
     from evolve.archive import Archive
 
     db = run_dir / "archive.db"
@@ -56,7 +58,7 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int) -> None:
         args = ["resume", str(run_dir), "--iterations", str(iterations)]  # unfinished, or a raised budget
     else:
         args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
-                "--seed", str(seed), "--train", arm, "--out", str(run_dir)]
+                "--seed", str(seed), *(flags if flags is not None else ["--train", arm]), "--out", str(run_dir)]
     subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 

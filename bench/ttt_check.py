@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import search_study  # noqa: E402
 from search_study import at_wall, measure, probe_slope  # noqa: E402
 
 SUITE = "pbe-hard-heldout"
@@ -48,20 +49,9 @@ def fmt(v: float | None) -> str:
 
 
 def run(run_dir: Path, arm: str, seed: int, iterations: int, probe_every: int) -> None:
-    if (run_dir / "archive.db").is_file():
-        from evolve.archive import Archive
-
-        with Archive(run_dir / "archive.db", readonly=True) as a:
-            ms = a.metrics_rows()
-        if ms and max(m.iteration for m in ms) >= iterations - 1:
-            return
-        args = ["resume", str(run_dir), "--iterations", str(iterations)]
-    else:
-        args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
-                "--seed", str(seed), *ARMS[arm], "--out", str(run_dir)]
-        if arm != "none-g8":
-            args += ["--train-probe-every", str(probe_every)]
-    subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    """bench/search_study.py's runner with this check's arm flags (and its probe interval for trained arms)."""
+    probe = ["--train-probe-every", str(probe_every)] if arm != "none-g8" else []
+    search_study.run(run_dir, arm, seed, iterations, [*ARMS[arm], *probe])
 
 
 def interval(values: list[float]) -> tuple[float, float, float]:

@@ -669,8 +669,8 @@ def report(vevo_runs: list[dict], oe: dict | None, oe_note: str) -> None:
                   f"{1e3 * st['handler_s'] / st['n']:.2f} ms/request in its handler; the trivial evaluate() itself "
                   f"is a hash of a ~50-byte file (~0.01 ms)")
         if oe["sizes"] and max(oe["sizes"]) < TARGETS[-1] / WINDOW_FACTOR:
-            print(f"  (OpenEvolve is not grown to 10k programs: its time per iteration grows with the database, "
-                  f"so that would take hours; raise --oe-iterations / --oe-budget to go further)")
+            print("  (OpenEvolve is not grown to 10k programs: its time per iteration grows with the database, "
+                  "so that would take hours; raise --oe-iterations / --oe-budget to go further)")
     if oe_note:
         print(oe_note)
 

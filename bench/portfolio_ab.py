@@ -35,14 +35,10 @@ MEMBERS = ("policy", "base")
 
 
 def paired(diffs: list[float]) -> dict:
-    from evolve.stats import t95
+    from evolve.stats import mean_ci95
 
-    n = len(diffs)
-    mean = sum(diffs) / n if n else float("nan")
-    if n < 2:
-        return {"n": n, "mean": mean, "ci95": float("nan")}
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    return {"n": n, "mean": mean, "ci95": t95(n - 1) * sd / math.sqrt(n)}
+    mean, half = mean_ci95(diffs)
+    return {"n": len(diffs), "mean": mean, "ci95": half}
 
 
 def config(args, seed: int) -> dict:

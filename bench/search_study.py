@@ -123,6 +123,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.iterations = 2, 6
     from evolve.arms import difference, t95
+    from evolve.stats import mean_ci95
 
     runs = Path(args.runs_dir)
     res: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
@@ -176,11 +177,8 @@ def main() -> None:
                   for s in seeds]
         lasts = [next((r["probe_own"] for r in reversed(res[a][s]["learning"]) if r["probe_own"] is not None), np.nan)
                  for s in seeds]
-        if own_v.size >= 2:
-            half = t95(own_v.size - 1) * own_v.std(ddof=1) / np.sqrt(own_v.size)
-            ci = f"[{own_v.mean() - half:+.4f}, {own_v.mean() + half:+.4f}]"
-        else:
-            ci = "n/a"
+        mean, half = mean_ci95(own_v)
+        ci = f"[{mean - half:+.4f}, {mean + half:+.4f}]" if own_v.size >= 2 else "n/a"
         slopes[a] = own
         slope_lines.append(f"| {a} | {own_v.size} | {own_v.mean() if own_v.size else float('nan'):+.4f} | {ci} | "
                            f"{held_v.mean() if held_v.size else float('nan'):+.4f} | {np.nanmean(firsts):.3f} → "

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -56,13 +55,10 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, probe_every: int) -
 
 def interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, lower, upper) of a 95% t interval."""
-    from evolve.stats import t95
+    from evolve.stats import mean_ci95
 
-    v = np.asarray(values, float)
-    if not v.size:
-        return float("nan"), float("nan"), float("nan")
-    half = t95(v.size - 1) * v.std(ddof=1) / np.sqrt(v.size) if v.size > 1 else float("nan")
-    return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
+    mean, half = mean_ci95(values)
+    return mean, mean - half, mean + half
 
 
 def main() -> None:

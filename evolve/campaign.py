@@ -43,7 +43,7 @@ from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.model import Problem
-from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, Completion, SamplingParams, has
+from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, SamplingParams, has
 from proposer.answers import naming
 from proposer.answers import feedback, scoring
 from proposer.answers.mutate import normalized_hash

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -17,7 +18,7 @@ import numpy as np
 
 from evolve.archive import Archive, ProgressRow
 from evolve.config_legacy import upgrade
-from evolve.stats import t95
+from evolve.stats import mean_ci95, t95
 
 Axis = Literal["iterations", "evaluations"]
 CSV_COLUMNS = ("label", "x", "runs", "solved_mean", "solved_min", "solved_max", "solved_std",
@@ -143,10 +144,8 @@ def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> li
 def ci95(values: Any) -> tuple[float, float]:
     """(mean, half-width) of a 95% t confidence interval for the mean of independent runs (half-width 0 for
     fewer than two runs)."""
-    v = np.asarray(values, dtype=float)
-    if v.size < 2:
-        return (float(v.mean()) if v.size else 0.0), 0.0
-    return float(v.mean()), float(t95(v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    mean, half = mean_ci95(np.asarray(values, dtype=float).ravel())
+    return (0.0 if math.isnan(mean) else mean), (0.0 if math.isnan(half) else half)
 
 
 def _ci_half(row: dict[str, Any], key: str) -> float:

@@ -29,7 +29,7 @@ To add a policy: ``fn(history, rng, params) -> arm index`` and ``register_choice
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 

@@ -10,7 +10,6 @@
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from .archive import Archive

@@ -22,3 +22,17 @@ def t95(df: float) -> float:
         return T95_TABLE[int(math.floor(df)) - 1]
     z = _Z975
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def mean_ci95(values) -> tuple[float, float]:
+    """(mean, half-width) of the 95% t interval for the mean of independent values (seeds, runs, paired
+    differences); the half-width is nan below two values, the mean nan for none."""
+    v = [float(x) for x in values]
+    n = len(v)
+    if not n:
+        return math.nan, math.nan
+    mean = sum(v) / n
+    if n < 2:
+        return mean, math.nan
+    sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (n - 1))
+    return mean, t95(n - 1) * sd / math.sqrt(n)

@@ -1,7 +1,6 @@
 """OpenEvolve's own Evaluator, run on a folder and a program, for parity tests (skipped without openevolve)."""
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import subprocess

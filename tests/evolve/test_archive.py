@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluators.types import Evaluation
 from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord, code_hash
 from proposer.backends.base import Completion, SamplingParams
 from tests.archive_helpers import ev, group, seed_program

@@ -14,7 +14,6 @@ import pytest
 
 from evolve.progress import Rate, Reporter
 from evolve.study import trend
-from problems.suites import SUITES
 from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import ROOT, interruptible, tail, vevo
 

@@ -37,3 +37,16 @@ def test_every_interval_uses_the_one_quantile():
     assert _ci_half(row, "solved") == pytest.approx(half)
     d = difference({k: 0.0 for k in range(40)}, {k: float(k) for k in range(40)}, "solved")
     assert d.hi - d.diff == pytest.approx(half)
+
+
+def test_mean_ci95_is_the_t_interval_and_says_nan_where_none_exists():
+    from evolve.curves import ci95
+    from evolve.stats import mean_ci95
+
+    v = [0.0028, 0.0046, 0.0043, -0.0018, 0.0106]  # ttt_check's five own-probe slopes
+    mean, half = mean_ci95(v)
+    assert mean == pytest.approx(0.0041)
+    assert (mean - half, mean + half) == pytest.approx((-0.0014, 0.0096), abs=5e-5)  # as docs/results/ttt_check.md
+    assert mean_ci95([3.0])[0] == 3.0 and math.isnan(mean_ci95([3.0])[1])
+    assert all(math.isnan(x) for x in mean_ci95([]))
+    assert ci95([3.0]) == (3.0, 0.0) and ci95([]) == (0.0, 0.0)  # curve bands keep their zero-width convention

@@ -2,7 +2,7 @@
 
 A CoVRL step takes the replay buffer's groups (``CampaignTrainer._groups``), finds each group's reference in the
 archive (``proposer/training/references.py``: the best later descendant of the group's parent, or the problem's best
-solved program), skips groups without one (counted in ``references_missing``), samples ``group`` trajectories
+solved program), skips groups without one (counted in ``references_missing``), samples ``trained_group`` trajectories
 per remaining prompt by hybrid sampling from the learner (seeded by (seed, iteration), so a resumed run draws
 the same ones), and takes one ``CoVRLUpdater`` step. The references used are recorded in the step's training
 row (group, parent, reference program id, kind).
@@ -64,7 +64,7 @@ def covrl_step(archive, groups, learner, updater: CoVRLUpdater, cfg, iteration: 
         stats["skipped"] = "no group has a reference yet"
         return stats
     rng = np.random.default_rng([cfg.seed, iteration, 3])
-    trajs = sample_trajectories(learner, [(g.prompt, r.text, g.id) for g, r in found], cfg.search.group, updater.cfg, rng,
+    trajs = sample_trajectories(learner, [(g.prompt, r.text, g.id) for g, r in found], cfg.trained_group, updater.cfg, rng,
                                 seed=(cfg.seed * 7919 + iteration) % (2**31), temperature=cfg.sampling.temperature,
                                 top_p=cfg.sampling.top_p)
     stats.update(updater.step(trajs))

@@ -254,7 +254,7 @@ proposer: {spec: tiny}
 search: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}
 sampling: {max_tokens: 160}
 executor: {workers: 2}
-train: {algo: covrl, every: 2, batch: 2, covrl: {reason_tokens: 12}}
+train: {algo: covrl, every: 2, batch: 2, group: 3, covrl: {reason_tokens: 12}}
 seed: 5
 """
 
@@ -292,8 +292,8 @@ def test_covrl_campaign_records_references_and_resumes_after_kill9(tmp_path):
             assert groups[ref_row["group"]].parent_id == parent.id
             assert best.scalar > parent.scalar if ref_row["kind"] == "descendant" else best.solved
     for r in trained:
-        # G trajectories per referenced prompt
-        assert r.data["n_trajectories"] + r.data["n_empty_z"] == 2 * r.data["references_found"]
+        # train.group (3, not the search's 2) trajectories per referenced prompt
+        assert r.data["n_trajectories"] + r.data["n_empty_z"] == 3 * r.data["references_found"]
         assert r.data["kl"] >= 0 and r.data["grad_norm"] > 0
     assert [r.policy_version for r in rows] == sorted(r.policy_version for r in rows)
 

@@ -180,7 +180,7 @@ def main() -> None:
         mean, half = mean_ci95(own_v)
         ci = f"[{mean - half:+.4f}, {mean + half:+.4f}]" if own_v.size >= 2 else "n/a"
         slopes[a] = own
-        slope_lines.append(f"| {a} | {own_v.size} | {own_v.mean() if own_v.size else float('nan'):+.4f} | {ci} | "
+        slope_lines.append(f"| {a} | {own_v.size} | {mean:+.4f} | {ci} | "
                            f"{held_v.mean() if held_v.size else float('nan'):+.4f} | {np.nanmean(firsts):.3f} → "
                            f"{np.nanmean(lasts):.3f} |")
     slope_lines.append("| none | (policy never changes) | 0 by construction | | | |")

@@ -17,6 +17,11 @@ equal evaluations; best_auc_wall, best_wall at equal wall clock) come from bench
 
     .venv/bin/python bench/ttt_check.py                # 5 seeds (about 70 min on 2 quiet cores)
     .venv/bin/python bench/ttt_check.py --quick        # 2 seeds x 6 iterations: the pipeline
+
+With ``--seed-dir DIR`` each finished run's measurements are kept as ``DIR/ARM-seed-S.json`` and a seed found
+there is read, not rerun: a check longer than one session is committed seed by seed and finished by a later one
+(run folders do not survive a machine). ``--runs-only`` runs and keeps seeds without the table (to run two seeds
+side by side; the table is made by one invocation over all seeds once they are in).
 """
 from __future__ import annotations
 
@@ -53,6 +58,20 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, probe_every: int) -
     search_study.run(run_dir, arm, seed, iterations, [*ARMS[arm], *probe])
 
 
+def seed_result(seed_dir: Path | None, runs: Path, arm: str, seed: int, iterations: int, probe_every: int) -> dict:
+    """One seed's measurements: from ``seed_dir`` if kept there, else run (or read from its run folder) and kept."""
+    kept = seed_dir / f"{arm}-seed-{seed}.json" if seed_dir else None
+    if kept and kept.is_file():
+        return json.loads(kept.read_text())
+    d = runs / arm / f"seed-{seed}"
+    run(d, arm, seed, iterations, probe_every)
+    r = measure(d, iterations)
+    if kept:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps({"seed": seed, "arm": arm, "iterations": iterations, **r}, default=float) + "\n")
+    return r
+
+
 def interval(values: list[float]) -> tuple[float, float, float]:
     """(mean, lower, upper) of a 95% t interval."""
     from evolve.stats import mean_ci95
@@ -72,6 +91,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--runs-dir", default="runs/ttt_check")
     ap.add_argument("--out", default="docs/results")
+    ap.add_argument("--seed-dir", default=None, help="keep each seed's measurements here; read kept seeds")
+    ap.add_argument("--runs-only", action="store_true", help="run and keep the seeds; no table")
     args = ap.parse_args()
     if args.quick:
         args.seeds, args.iterations, args.probe_every = 2, 6, 2
@@ -82,14 +103,14 @@ def main() -> None:
     res: dict[str, dict[int, dict]] = {a: {} for a in arms}
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         for arm in arms:
-            d = runs / arm / f"seed-{seed}"
             t = time.perf_counter()
-            run(d, arm, seed, args.iterations, args.probe_every)
-            res[arm][seed] = measure(d, args.iterations)
-            r = res[arm][seed]
+            r = res[arm][seed] = seed_result(Path(args.seed_dir) if args.seed_dir else None, runs, arm, seed,
+                                             args.iterations, args.probe_every)
             print(f"seed {seed} {arm}: best_auc {r['best_auc']:.4f} solved {r['solved']:.0f} own slope "
                   f"{probe_slope(r['learning'])} wall {r['account']['wall_seconds']:.0f}s "
                   f"[{time.perf_counter() - t:.0f}s]", flush=True)
+    if args.runs_only:
+        return
     seeds = sorted(res["vpo-g8"])
     for s in seeds:
         horizon = min(res[a][s]["account"]["wall_seconds"] for a in arms)
@@ -105,7 +126,10 @@ def main() -> None:
     met = lo > 0
     cmd = " ".join(["python bench/ttt_check.py"] + (["--quick"] if args.quick else []) +
                    ([f"--first-seed {args.first_seed}"] if args.first_seed else []) +
-                   ([f"--arms {args.arms}"] if arms != list(ARMS) else []))
+                   ([f"--seeds {args.seeds}"] if args.seeds != 5 and not args.quick else []) +
+                   ([f"--arms {args.arms}"] if arms != list(ARMS) else []) +
+                   ([f"--table {args.table}"] if args.table != "ttt_check" else []) +
+                   ([f"--seed-dir {args.seed_dir}"] if args.seed_dir else []))
     lines = [f"Command: `{cmd}` ({len(seeds)} seeds, "
              f"{args.iterations} iterations, suite {SUITE}, probes every {args.probe_every} versions)", "",
              "### The check: own-problem probe slope (vpo-g8), per 10 policy versions", "",

@@ -46,14 +46,18 @@ SUITE = "pbe-hard-heldout"
 
 def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None) -> None:
     """One campaign of ``SUITE`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
-    run is read, not rerun; an unfinished one (or one with a raised budget) is resumed."""
+    run is read, not rerun; an unfinished or killed one (or one with a raised budget) is resumed."""
     from evolve.archive import Archive
+
+    from evolve.liveness import NAME as RUNNING
 
     db = run_dir / "archive.db"
     if db.is_file():
         with Archive(db, readonly=True) as a:
             ms = a.metrics_rows()
-        if ms and max(m.iteration for m in ms) >= iterations - 1:
+        # a run killed after its last iteration's metrics but before that iteration's training step still holds
+        # running.json (removed whenever a run ends otherwise): resume finishes the step
+        if ms and max(m.iteration for m in ms) >= iterations - 1 and not (run_dir / RUNNING).exists():
             return
         args = ["resume", str(run_dir), "--iterations", str(iterations)]  # unfinished, or a raised budget
     else:

@@ -25,11 +25,12 @@ test-vllm:
 demo: $(STAMP)
 	rm -rf $(DEMO_OUT)
 	$(VENV)/bin/vevo problems list --suite pbe
-	@# the same problems and seed, untrained and VPO-trained, then one overlaid plot
-	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 120 --islands 2 --answers 4 --group 2 \
+	@# the same problems and seed, untrained and VPO-trained, then one overlaid plot; both sample G = 8 per prompt
+	@# (the trained proposer's default train.group), and VPO takes a step after every iteration (the default)
+	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 120 --islands 2 --answers 4 --group 8 \
 		--seed 0 --train none --out $(DEMO_OUT)/none
-	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 120 --islands 2 --answers 4 --group 2 \
-		--seed 0 --train vpo --train-every 10 --out $(DEMO_OUT)/vpo
+	$(VENV)/bin/vevo run --suite pbe --proposer tiny --iterations 120 --islands 2 --answers 4 --group 8 \
+		--seed 0 --train vpo --out $(DEMO_OUT)/vpo
 	$(VENV)/bin/vevo curves none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo --out $(DEMO_OUT)/curves.png --csv
 	$(VENV)/bin/vevo report none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo --out $(DEMO_OUT)/report
 	@echo "open $(DEMO_OUT)/curves.png and $(DEMO_OUT)/report/index.html; live view: $(VENV)/bin/vevo ui none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo"

@@ -70,7 +70,7 @@ proposer:
 search: {iterations: $ITER, islands: 2, answers: 2, group: 4, retire_solved: false}
 sampling: {max_tokens: $TOK, temperature: 0.8, top_p: 0.95}
 executor: {workers: 4}
-train: {algo: vpo, every: $EVERY, batch: 4, lr: 0.0001, lora_rank: 16, micro_batch: 4, grad_checkpointing: true}
+train: {algo: vpo, every: $EVERY, batch: 4, group: 4, lr: 0.0001, lora_rank: 16, micro_batch: 4, grad_checkpointing: true}
 seed: 0
 YAML
   step campaign "$PYTHON" -m evolve.cli run "$WORK/campaign.yaml" --out "$WORK/run" --quiet

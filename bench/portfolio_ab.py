@@ -42,7 +42,9 @@ def paired(diffs: list[float]) -> dict:
 
 
 def config(args, seed: int) -> dict:
-    return {"suite": args.suite, "seed": seed, "train": {"algo": "vpo", "every": args.train_every},
+    # 8 archive groups of the search's G per step, probes every 5th: the defaults when this study was registered
+    return {"suite": args.suite, "seed": seed, "train": {"algo": "vpo", "every": args.train_every, "batch": 8,
+                                                         "group": args.group, "probe_every": 5},
             "search": {"iterations": args.iterations, "islands": args.islands, "answers": args.answers,
                        "group": args.group},
             "proposers": [{"name": "policy", "spec": "tiny", "train": True},

@@ -6,10 +6,11 @@
     ``pbe-hard-train``; evaluate on ``pbe-hard-heldout`` (shapes never trained on) at an equal candidate budget:
     pass@k and best@k for k = 1..K from the same samples (unbiased estimators), reward-space diversity, parse rate.
 (b) *Search.* Campaigns ``--train none | grpo | vpo | covrl`` (CoVRL: archive references) on
-    ``pbe-hard-heldout``, several seeds each, everything else equal: solved@t curves with a 95% confidence band,
-    and solved@T with its 95% t interval.
+    ``pbe-hard-heldout``, several seeds each, everything else equal (every arm at the trained proposer's G,
+    ``train.group``, so all propose the same candidates per iteration; the trained arms on the default schedule, a
+    step after every iteration): solved@t curves with a 95% confidence band, and solved@T with its 95% t interval.
 
-    .venv/bin/python bench/replicate_vpo.py            # the full study (about an hour on 2 cores)
+    .venv/bin/python bench/replicate_vpo.py            # the full study (~4 h on 2 cores with the default schedule)
     .venv/bin/python bench/replicate_vpo.py --quick    # the same pipeline, small (a few minutes; run in CI)
 
 Prints one table and writes it, with the command and the figures, to --out (docs/results/ by default). Whatever
@@ -59,7 +60,7 @@ def quality(args, log) -> dict:
             if algo != "untrained":
                 run_cfg = d.model_copy(update={"seed": 0, "search": d.search.model_copy(
                     update={"answers": args.answers, "group": args.group}),
-                    "train": d.train.model_copy(update={"algo": algo, "batch": args.batch})})
+                    "train": d.train.model_copy(update={"algo": algo, "batch": args.batch, "group": args.group})})
                 hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)
             t_train = time.perf_counter() - t
             with torch.no_grad():
@@ -90,9 +91,13 @@ def search(args, runs_dir: Path, log) -> dict:
             if not (run / "archive.db").is_file() or args.fresh:
                 subprocess.run(["rm", "-rf", str(run)], check=True)
                 algo, _, reward = arm.rpartition("+") if arm.rpartition("+")[2] in REWARDS else (arm, "", "")
+                # every arm samples the trained proposer's G (equal evaluations per iteration); the training
+                # schedule is the run config's default unless --train-every is given
                 cmd = [vevo, "run", "--suite", args.suite, "--proposer", "tiny", "--iterations", str(args.iterations),
-                       "--islands", "2", "--answers", str(args.answers), "--group", "2", "--seed", str(seed),
-                       "--train", algo, "--train-every", str(args.train_every), "--out", str(run), "--quiet"]
+                       "--islands", "2", "--answers", str(args.answers), "--group", str(args.campaign_group),
+                       "--seed", str(seed), "--train", algo, "--out", str(run), "--quiet"]
+                if args.train_every:
+                    cmd += ["--train-every", str(args.train_every)]
                 if reward:
                     cmd += ["--set", f"train.reward={reward}"]
                 t = time.perf_counter()
@@ -144,8 +149,13 @@ def report(args, qa: dict | None, sb: dict | None, out_dir: Path, cmd: str) -> s
                          "runs the sandbox)\n")
         lines.append("![pass@k and best@k](replicate_vpo_quality.png)\n")
     if sb:
+        from evolve.config import CampaignConfig
+
+        t = CampaignConfig().train
+        schedule = (f"train every {args.train_every}" if args.train_every else
+                    f"the default schedule: a step every {t.every} iteration(s) on {t.batch} group(s)")
         lines.append(f"## (b) Search: campaigns on {args.suite} ({sb['iterations']} iterations, {sb['seeds']} seeds "
-                     f"per arm, 2 islands, m={args.answers}, G=2, train every {args.train_every})\n")
+                     f"per arm, 2 islands, m={args.answers}, G={args.campaign_group}, {schedule})\n")
         lines += ["| train | solved@T mean | 95% CI | per seed | best@T mean ± 95% CI |", "|---|---|---|---|---|"]
         for arm, r in sb["arms"].items():
             lines.append(f"| {arm} | {r['solved_mean']:.2f} | ± {r['solved_ci95']:.2f} | "
@@ -193,6 +203,9 @@ def figures(qa: dict | None, sb: dict | None, out_dir: Path) -> None:
 
 
 def main() -> None:
+    from evolve.config import CampaignConfig
+
+    d = CampaignConfig()
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small everything: a smoke run of the whole pipeline")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results"))
@@ -210,12 +223,15 @@ def main() -> None:
     ap.add_argument("--suite", default="pbe-hard-heldout")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=120)
-    ap.add_argument("--train-every", type=int, default=10)
+    ap.add_argument("--campaign-group", type=int, default=d.train.group,
+                    help="(b): G of every arm's campaign (default: the trained proposer's train.group)")
+    ap.add_argument("--train-every", type=int, default=None, help="(b): iterations between updates (default: "
+                    "the run config's schedule)")
     args = ap.parse_args()
     args.algos = [a for a in args.algos.split(",") if a]
     args.arms = [a for a in args.arms.split(",") if a]
     if args.quick:
-        args.steps, args.k, args.seeds, args.iterations, args.train_every = 2, 4, 1, 12, 4
+        args.steps, args.k, args.seeds, args.iterations = 2, 4, 1, 12
         args.algos = [a for a in args.algos if a in ("vpo", "grpo", "covrl")]
         if args.runs_dir == str(ROOT / "runs" / "replicate"):
             args.runs_dir = str(ROOT / "runs" / "replicate-quick")

@@ -83,7 +83,7 @@ def run(cfg, args, train_probs, held, pool, probes, before) -> dict:
 
         run_cfg = CampaignConfig(search={"answers": args.answers, "group": group}, seed=0,
                                  sampling={"max_tokens": args.max_tokens},
-                                 train={"algo": "vpo", "batch": args.batch, "lr": lr, "lora": rank > 0,
+                                 train={"algo": "vpo", "batch": args.batch, "group": group, "lr": lr, "lora": rank > 0,
                                         "lora_rank": max(rank, 1), "epochs": epochs, "probe_every": 0})
         hist = train(backend, train_probs, pool, run_cfg, steps=args.steps, log=lambda s: None)
     t_train = time.perf_counter() - t

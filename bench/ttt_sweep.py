@@ -41,6 +41,8 @@ def run_campaign(run_dir: Path, problems: list[str], seed: int, train: dict, gro
     from evolve.archive import Archive
 
     db = run_dir / "archive.db"
+    # the trained G is the search's G, and probes every 5th update, as when this sweep ran (the defaults then)
+    train = {"group": group, "probe_every": 5, **train}
     if not (db.is_file() and _finished(db, iterations)):
         cfg = {"problems": problems, "proposer": {"spec": "tiny"}, "seed": seed, "train": {"algo": "vpo", **train},
                "search": {"iterations": iterations, "islands": 2, "answers": 4, "group": group}}

@@ -145,11 +145,13 @@ class TrainSection(StrictModel):
     """Periodic proposer updates inside the campaign (evolve/campaign_training.py)."""
 
     algo: str = Field("none", description="training algorithm; none: the proposer is never updated")
-    every: int = Field(10, ge=1, description="iterations between updates")
-    batch: int = Field(8, ge=1, description="archive groups per training step")
-    group: int | None = Field(None, ge=2, description="G: completions per prompt of the trained proposer while it "
-                              "trains (None: search.group); the estimators' baseline is the group, and "
-                              "larger groups give each step more signal")
+    # the default schedule (a step after every iteration on that iteration's group of 8) was chosen by a
+    # pre-registered check: docs/results/ttt_check.md, docs/TRAINING.md
+    every: int = Field(1, ge=1, description="iterations between updates")
+    batch: int = Field(1, ge=1, description="archive groups per training step")
+    group: int | None = Field(8, ge=2, description="G: completions per prompt of the trained proposer while it "
+                              "trains, in place of search.group (None: search.group); the estimators' baseline "
+                              "is the group, and larger groups give each step more signal")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
     epochs: int = Field(1, ge=1, description="passes over each step's samples")
@@ -174,7 +176,7 @@ class TrainSection(StrictModel):
                                      "memory, slower)")
     autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
     # learning diagnostics (evolve/probe.py): a fixed probe set, sampled with a fixed seed
-    probe_every: int = Field(5, ge=0, description="probe after every N-th policy update, and once before the "
+    probe_every: int = Field(10, ge=0, description="probe after every N-th policy update, and once before the "
                              "first (0: no probes)")
     probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
     probe_group: int = Field(2, ge=1, description="completions per probe problem")

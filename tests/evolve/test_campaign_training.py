@@ -33,9 +33,11 @@ train:
 """  # train last: a test's extra keys (indented) continue its section
 
 
-def _cfg(tmp_path: Path, extra: str = "") -> Path:
+def _cfg(tmp_path: Path, extra: str = "", group: int = 2) -> Path:
+    """CFG with the trained proposer's group pinned (default 2: these tests check mechanics, not learning, and the
+    shipped train.group 8 would make each of them ~4x slower)."""
     p = tmp_path / "cfg.yaml"
-    p.write_text(CFG + extra)
+    p.write_text(CFG + f"  group: {group}\n" + extra)
     return p
 
 
@@ -69,8 +71,8 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
 
 
 def _default_schedule_cfg(tmp_path: Path) -> tuple[Path, int]:
-    """CFG with the shipped training schedule (no train.every / train.batch / train.lr), long enough for two
-    updates; and the iteration of the first update."""
+    """CFG with the shipped training schedule (no train.every / train.batch / train.group / train.lr: a step after
+    every iteration on its group of 8), long enough for two updates; and the iteration of the first update."""
     from evolve.config import CampaignConfig
 
     every = CampaignConfig().train.every
@@ -113,6 +115,9 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, sc
         va = [c.policy_version for g in a.recent_groups(100) for c in g.completions]
         vb = [c.policy_version for g in b.recent_groups(100) for c in g.completions]
         assert va == vb
+        if schedule == "shipped default":  # the new schedule: a step per iteration, each on that iteration's 8
+            assert {len(g.completions) for g in a.recent_groups(100)} == {8}
+            assert [r.step for r in ra] == [1, 2, 3, 4] and all(r.data["groups"] == 1 for r in ra)
     def final_opt(r: Path) -> dict:
         return torch.load(r / "trainer" / json.loads((r / "trainer" / "state.json").read_text())["snapshot"] /
                           "optimizer.pt", weights_only=False)
@@ -140,7 +145,8 @@ def test_every_training_knob_reaches_the_trainer():
     tc = training_config(cfg)
     assert (tc.clip_eps, tc.kl_beta, tc.micro_batch, tc.minibatch, tc.max_seq_len, tc.gradient_checkpointing,
             tc.epochs, tc.temperature, tc.top_p, tc.is_cap) == (0.1, 0.0, 2, 4, 512, True, 2, 0.7, 0.95, 3.0)
-    assert training_config(load_config(None, {"train.algo": "vpo", "train.batch": 3})).minibatch == 6  # old default
+    assert training_config(load_config(None, {"train.algo": "vpo", "train.batch": 3, "train.group": 2})).minibatch == 6
+    assert training_config(load_config(None, {"train.algo": "vpo"})).minibatch == 8  # the shipped step: one group of 8
     kw = backend_kwargs(cfg)
     assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
     assert backend_kwargs(load_config(None, {"proposer.spec": "tiny"}))["chat"] == "auto"
@@ -156,7 +162,7 @@ def test_train_group_sets_the_trained_proposers_group_and_each_step_learns_from_
     """train.group: the trained proposer samples that many completions per prompt (the search's `group` is for
     untrained runs), and a step every iteration on one group trains on exactly those completions."""
     run = tmp_path / "run"
-    cfg = _cfg(tmp_path, "  group: 3\n  probe_every: 0\n")
+    cfg = _cfg(tmp_path, "  probe_every: 0\n", group=3)
     vevo("run", str(cfg), "--iterations", "3", "--train-every", "1", "--train-batch", "1", "--out", str(run),
          "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:

@@ -19,6 +19,11 @@ def test_defaults():
         (4, 2, "lexicase", 1, "none")
     assert s.selection.lexicase_epsilon is None and cfg.executor.eval_timeout is None and s.retire_solved is True
     assert cfg.train.lr == 1e-3 and s.migration.every == 10  # docs/TRAINING.md
+    # the training schedule chosen by docs/results/ttt_check.md's third check: a step every iteration on its group of 8
+    t = cfg.train
+    assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, 8, 10, 1)
+    assert cfg.trained_group == 2 and cfg.model_copy(update={"train": t.model_copy(update={"algo": "vpo"})}) \
+        .trained_group == 8
     assert cfg.train.covrl.alpha == 0.5 and cfg.proposer.options == {} and cfg.executor.workers == 2
 
 
@@ -198,21 +203,22 @@ def test_cross_field_validation():
         load_config(None, {"problems": ["a", "b", "a"]})
     with pytest.raises(ConfigError, match="'search.migration.count': 5 exceeds 'search.island_capacity' 3"):
         load_config(None, {"search.migration.count": 5, "search.island_capacity": 3})
-    with pytest.raises(ConfigError, match="'search.group'"):
-        load_config(None, {"train.algo": "vpo", "search.group": 1})
+    with pytest.raises(ConfigError, match="'search.group'"):  # train.group unset: the trained proposer samples search.group
+        load_config(None, {"train": {"algo": "vpo", "group": None}, "search": {"group": 1}})
     with pytest.raises(ConfigError, match="'proposer.dtype': float16 cannot be trained"):
         load_config(None, {"train.algo": "vpo", "proposer.dtype": "float16"})
     assert load_config(None, {"train.algo": "vpo", "search.group": 2}).train.algo == "vpo"
     with pytest.raises(ConfigError, match="'train.group'"):
         load_config(None, {"train.algo": "vpo", "train.group": 1})
-    # a search group of 1 is fine when the trained proposer samples its own train.group
+    # a search group of 1 is fine when the trained proposer samples its own train.group (by default 8)
     assert load_config(None, {"train.algo": "vpo", "search.group": 1, "train.group": 4}).trained_group == 4
+    assert load_config(None, {"train.algo": "vpo", "search.group": 1}).trained_group == 8
 
 
 def test_trained_group_is_train_group_only_while_training():
     assert load_config(None, {"train.algo": "vpo", "search.group": 2, "train.group": 8}).trained_group == 8
     assert load_config(None, {"train.algo": "none", "search.group": 2, "train.group": 8}).trained_group == 2
-    assert load_config(None, {"train.algo": "vpo", "search.group": 3, "train.group": None}).trained_group == 3
+    assert load_config(None, {"train": {"algo": "vpo", "group": None}, "search": {"group": 3}}).trained_group == 3
 
 
 def test_require_problems(tmp_path):
@@ -254,8 +260,8 @@ def test_assignment_keeps_sections():
 
 @pytest.mark.parametrize("argv,want", [
     (["--train", "vpo", "--train-every", "5", "--set", "train.probe_every=1"], ("vpo", 5, 1e-3, 1)),
-    (["--train-lr", "0.1", "--set", "train.lr=0.2"], ("none", 10, 0.2, 5)),
-    (["--set", "train.algo=grpo", "--set", "train.lr=0.3"], ("grpo", 10, 0.3, 5)),
+    (["--train-lr", "0.1", "--set", "train.lr=0.2"], ("none", 1, 0.2, 10)),
+    (["--set", "train.algo=grpo", "--set", "train.lr=0.3"], ("grpo", 1, 0.3, 10)),
 ])
 def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
     """A dotted --set adds to a section the flags (or another --set) started: `--train vpo --set train.lr=...`

@@ -247,7 +247,7 @@ def test_only_the_trained_member_changes_policy_version_and_shares_the_weights(t
     cfg = tmp_path / "c.yaml"
     cfg.write_text("suite: pbe\nsearch: {iterations: 8, islands: 1, answers: 2, group: 2}\nseed: 1\n"
                    "sampling: {max_tokens: 96}\n"
-                   "train: {algo: vpo, every: 3, batch: 2}\nportfolio: {policy: round_robin}\nproposers:\n"
+                   "train: {algo: vpo, every: 3, batch: 2, group: 2}\nportfolio: {policy: round_robin}\nproposers:\n"
                    "  - {name: policy, spec: tiny, train: true}\n  - {name: base, spec: tiny}\n")
     run = tmp_path / "run"
     vevo("run", str(cfg), "--out", str(run), "--quiet")

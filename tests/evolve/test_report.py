@@ -57,7 +57,7 @@ def runs(tmp_path_factory):
     (folder / "problem.toml").write_text(HOSTILE_TOML)
     (folder / "seed.py").write_text(HOSTILE_SEED)
     a, b, out = root / "a", root / "none", root / "report"
-    vevo("run", *TINY, "--train", "vpo", "--train-every", "3", "--out", str(a))
+    vevo("run", *TINY, "--train", "vpo", "--train-every", "3", "--train-group", "2", "--out", str(a))
     vevo("run", *TINY, "--problems-dir", str(root / "problems"), "--problem", "evil/escape", "--train", "none",
          "--out", str(b))
     r = vevo("report", f"vpo={a}", str(b), "--out", str(out))

@@ -51,7 +51,8 @@ HOSTILE_SEED = (f"# {HOSTILE}\n# EVOLVE-BLOCK-START\ndef solve(s):\n    if not s
                 f"        raise ValueError({HOSTILE!r})\n    return len(s)\n# EVOLVE-BLOCK-END\n")
 ITERATIONS = 14
 RUN = ["run", "--suite", "pbe", "--proposer", "tiny", "--iterations", str(ITERATIONS), "--islands", "2",
-       "--answers", "3", "--group", "2", "--seed", "0", "--train", "vpo", "--train-every", "4", "--quiet"]
+       "--answers", "3", "--group", "2", "--seed", "0", "--train", "vpo", "--train-every", "4",
+       "--train-group", "2", "--quiet"]
 
 
 def start_ui(*args: str) -> tuple[subprocess.Popen, str]:

@@ -49,7 +49,7 @@ def test_vllm_campaign_trains_and_hot_swaps_lora(tmp_path):
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
     cfg.write_text("sampling: {max_tokens: 160}\nsearch: {retire_solved: false}\n"
-                   "train: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n")
+                   "train: {algo: vpo, every: 2, batch: 2, group: 2, lr: 0.001}\nseed: 5\n")
     vevo("run", str(cfg), "--suite", "pbe-train", "--proposer", f"vllm:{TINY_CHECKPOINT}", "--iterations", "6",
          "--islands", "1", "--answers", "2", "--group", "2", "--out", str(run), "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:
@@ -77,7 +77,7 @@ def test_killed_vllm_training_campaign_resumes(tmp_path):
 
     run = tmp_path / "run"
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("sampling: {max_tokens: 96}\ntrain: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n"
+    cfg.write_text("sampling: {max_tokens: 96}\ntrain: {algo: vpo, every: 2, batch: 2, group: 2, lr: 0.001}\nseed: 5\n"
                    "suite: pbe-train\nsearch: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}\n"
                    f"proposer: {{spec: 'vllm:{TINY_CHECKPOINT}'}}\n")
     p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],

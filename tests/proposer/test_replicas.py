@@ -31,8 +31,9 @@ def tiny_lm():
 
 def _cfg(out, proposer: str, **search):
     """A short run of ``proposer``; ``search``: search keys, or train_every and train (a training run)."""
-    kw = {"proposer.spec": proposer, "train.algo": search.pop("train", None),
-          "train.every": search.pop("train_every", None), **{f"search.{k}": v for k, v in search.items()}}
+    train = search.pop("train", None)  # a training run keeps the schedule this test was written for (8 groups of 2)
+    kw = {"proposer.spec": proposer, "train.algo": train, "train.every": search.pop("train_every", None),
+          **({"train.batch": 8, "train.group": 2} if train else {}), **{f"search.{k}": v for k, v in search.items()}}
     base = {"problems": PROBLEMS, "search.iterations": 6, "search.islands": 1, "search.answers": 2, "search.group": 2,
             "executor.workers": 1, "sampling.max_tokens": 24, "seed": 4, "search.retire_solved": False, "out": str(out)}
     return load_config(None, {**base, **kw})

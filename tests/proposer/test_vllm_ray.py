@@ -92,7 +92,7 @@ def test_training_campaign_on_two_ray_replicas_one_killed_mid_run(cluster, tmp_p
     run, cfg = tmp_path / "run", tmp_path / "c.yaml"
     # a transformers learner in the driver, each adapter published to the actors
     cfg.write_text("sampling: {max_tokens: 96}\nsearch: {retire_solved: false}\n"
-                   "train: {algo: vpo, every: 2, batch: 2, lr: 0.001}\nseed: 5\n")
+                   "train: {algo: vpo, every: 2, batch: 2, group: 2, lr: 0.001}\nseed: 5\n")
     seen: dict = {}
 
     def kill_one_after_both_served():

@@ -247,8 +247,10 @@ def _backend_kw(spec: str, chat: str | None) -> dict:
 
 def _set_overrides(items: list[str]) -> dict:
     """--set KEY=VALUE (repeatable): any dotted config key (train.lr, search.selection.method), the value read as
-    YAML (1e-4, true, [a, b]); a later one wins."""
+    YAML (1e-4, true, [a, b], null); a later one wins."""
     import yaml
+
+    from .config import NULL
 
     out: dict = {}
     for item in items or []:
@@ -259,7 +261,7 @@ def _set_overrides(items: list[str]) -> dict:
             value = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise UserError(f"--set {item!r}: value is not YAML ({str(e).splitlines()[0]})") from None
-        out[key.strip()] = value
+        out[key.strip()] = NULL if value is None else value  # None would read as "not given"
     return out
 
 

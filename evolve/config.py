@@ -502,16 +502,32 @@ def _validate(data: dict[str, Any], source: str) -> CampaignConfig:
     return cfg
 
 
+class _Null:
+    """An explicit null in an override (``--set train.group=null``): a None value means "not given"."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+def _given(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The overrides that were given, nested; an explicit NULL becomes None."""
+    return unflatten({k: None if v is NULL else v for k, v in (overrides or {}).items() if v is not None})
+
+
 def load_config(path: str | Path | None = None, overrides: dict[str, Any] | None = None,
                 overrides_source: str = "overrides") -> CampaignConfig:
-    """Read the YAML file (missing path: defaults), apply overrides whose value is not None, validate.
+    """Read the YAML file (missing path: defaults), apply overrides whose value is not None (NULL: set to null),
+    validate.
 
     ``overrides`` map dotted keys (``train.lr``) or sections (``{"search": {...}}``) to values. Every failure is a
     ConfigError with a one-line message naming the file and the key; a key of an earlier version names its new
     spelling (in an override: after ``overrides_source``, e.g. "--set")."""
     source = str(path) if path is not None else "<config>"
     data = _no_legacy(_read_yaml(Path(path)), source) if path is not None else {}
-    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), overrides_source)
+    over = _no_legacy(_given(overrides), overrides_source)
     return _validate(merge(data, over), source)
 
 
@@ -519,7 +535,7 @@ def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -
     """A run folder's own config.yaml, written by this or an earlier version (evolve/config_legacy.py)."""
     from .config_legacy import upgrade
 
-    over = _no_legacy(unflatten({k: v for k, v in (overrides or {}).items() if v is not None}), "overrides")
+    over = _no_legacy(_given(overrides), "overrides")
     return _validate(merge(upgrade(_read_yaml(Path(path))), over), str(path))
 
 

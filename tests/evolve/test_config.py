@@ -277,6 +277,21 @@ def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
     assert (t.algo, t.every, t.lr, t.probe_every) == want
 
 
+def test_set_null_sets_a_key_to_null(monkeypatch):
+    """`--set train.group=null` gives the key null (the trained proposer then samples search.group), where a None
+    from an absent flag leaves the default."""
+    import evolve.runner
+    from evolve import cli
+
+    seen = []
+    monkeypatch.setattr(evolve.runner, "start", lambda cfg, progress: seen.append(cfg) or (Path("x"), {}))
+    monkeypatch.setattr(cli, "_print_summary", lambda *a: None)
+    for argv, want in ((["--set", "train.group=null"], (None, 3)), ([], (8, 8))):
+        cli.cmd_run(cli.build_parser("run").parse_args(["run", "--suite", "pbe", "--train", "vpo", "--group", "3",
+                                                        *argv]))
+        assert (seen[-1].train.group, seen[-1].trained_group) == want
+
+
 OLD_RUN_CONFIG = """\
 problems: []
 suite: pbe

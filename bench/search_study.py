@@ -3,8 +3,8 @@
 
 Arms ``none``, ``grpo``, ``vpo``: campaigns with the bundled tiny proposer on ``pbe-hard-heldout``, seeds
 0..S-1, everything but ``train.algo`` equal and at the shipped defaults of the time (``SCHEDULE``: the default
-training schedule then, pinned since the default changed). Seeds are run one after another, the arms interleaved within a seed, so load on the machine falls on
-every arm alike. Per run, from its archive alone:
+training schedule then, pinned since the default changed). Seeds are run one after another, the arms interleaved
+within a seed, so load on the machine falls on every arm alike. Per run, from its archive alone:
 
 * at equal evaluations (every arm proposes the same candidates per iteration): ``best_auc`` (primary: the mean
   over iterations 0..T of the mean over problems of the best score found so far), ``best`` and ``solved`` at T;
@@ -64,8 +64,9 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | 
             return
         args = ["resume", str(run_dir), "--iterations", str(iterations)]  # unfinished, or a raised budget
     else:
+        arm_flags = flags if flags is not None else ["--train", arm, *SCHEDULE]
         args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
-                "--seed", str(seed), *(flags if flags is not None else ["--train", arm, *SCHEDULE]), "--out", str(run_dir)]
+                "--seed", str(seed), *arm_flags, "--out", str(run_dir)]
     subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
 

@@ -22,8 +22,7 @@ def test_defaults():
     # the training schedule chosen by docs/results/ttt_check.md's third check: a step every iteration on its group of 8
     t = cfg.train
     assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, 8, 10, 1)
-    assert cfg.trained_group == 2 and cfg.model_copy(update={"train": t.model_copy(update={"algo": "vpo"})}) \
-        .trained_group == 8
+    assert cfg.trained_group == 2 and CampaignConfig(train={"algo": "vpo"}).trained_group == 8
     assert cfg.train.covrl.alpha == 0.5 and cfg.proposer.options == {} and cfg.executor.workers == 2
 
 
@@ -203,7 +202,8 @@ def test_cross_field_validation():
         load_config(None, {"problems": ["a", "b", "a"]})
     with pytest.raises(ConfigError, match="'search.migration.count': 5 exceeds 'search.island_capacity' 3"):
         load_config(None, {"search.migration.count": 5, "search.island_capacity": 3})
-    with pytest.raises(ConfigError, match="'search.group'"):  # train.group unset: the trained proposer samples search.group
+    # train.group unset: the trained proposer samples search.group
+    with pytest.raises(ConfigError, match="'search.group'"):
         load_config(None, {"train": {"algo": "vpo", "group": None}, "search": {"group": 1}})
     with pytest.raises(ConfigError, match="'proposer.dtype': float16 cannot be trained"):
         load_config(None, {"train.algo": "vpo", "proposer.dtype": "float16"})

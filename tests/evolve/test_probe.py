@@ -72,8 +72,8 @@ def test_campaign_and_runs_show_report_probes(tmp_path):
     run = tmp_path / "run"
     vevo("run", "--problem", "pbe/int-0", "--problem", "pbe/list-1", "--proposer", "tiny", "--iterations", "6",
          "--islands", "1", "--answers", "2", "--group", "2", "--seed", "3", "--train", "vpo", "--train-every", "3",
-         "--set", "train.probe_every=1", "--set", "train.probe_problems=2", "--set", "train.batch=2", "--set", "train.group=2",
-         "--set", "sampling.max_tokens=128", "--out", str(run), "--quiet", timeout=900)
+         "--set", "train.probe_every=1", "--set", "train.probe_problems=2", "--set", "train.batch=2",
+         "--set", "train.group=2", "--set", "sampling.max_tokens=128", "--out", str(run), "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:
         rows = a.training_rows()
     assert [r.step for r in rows] == [3, 6]

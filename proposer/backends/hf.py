@@ -49,6 +49,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from proposer.backends import fast_sampler as _fast
 from proposer.backends.base import TRAINABLE, AdapterState, Completion, SamplingParams
 from proposer.backends.templating import encode_prompt, resolve_chat
 from proposer.backends.logprobs import tempered_logprobs
@@ -91,7 +92,7 @@ class HFBackend(AdapterState):
                  dtype: Any = None, adapter: str | os.PathLike[str] | None = None, batch_size: int = 16,
                  max_context: int | None = None, *, threads: int | None = None, chat: bool | str = False,
                  rescore: bool = False, policy_version: int = 0, name: str | None = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, fast_sampler: bool = True) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import warnings
 
@@ -115,6 +116,7 @@ class HFBackend(AdapterState):
             raise BackendError(f"hf: batch_size must be >= 1, got {batch_size}")
         self.batch_size = int(batch_size)
         self.rescore = bool(rescore)
+        self.fast_sampler = bool(fast_sampler)  # False: the general transformers loop even where the fast one applies
         self.seed = seed  # used when a call's SamplingParams has no seed (then calls differ: a counter is added)
         self._calls = 0
         self.name = name or f"hf:{self.path}"
@@ -275,6 +277,13 @@ class HFBackend(AdapterState):
             logits = out.logits[:, -1, :]
         return [(toks[i], lps[i], stopped[i]) for i in range(b)]
 
+    def _fast_decode(self, rows: list[list[int]], sampling: SamplingParams, gen: torch.Generator | None):
+        """The fast path (proposer/backends/fast_sampler.py): same contract as ``_decode``."""
+        width = max(len(r) for r in rows)
+        budget = max(min(int(sampling.max_tokens), self.max_context - width), 0)
+        return _fast.sample(self._model, rows, budget, float(sampling.temperature), float(sampling.top_p),
+                                   self.eos_ids, gen)
+
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n sampled completions (one group)."""
         if n < 0:
@@ -295,9 +304,15 @@ class HFBackend(AdapterState):
         self._model.eval()
         bf16 = self.device.type == "cuda" and self.dtype == torch.bfloat16
         temp, top_p = float(sampling.temperature), float(sampling.top_p)
+        fast = self.fast_sampler and _fast.supports(self._model)
         try:
             for c in range(0, len(rows), self.batch_size):
                 chunk = rows[c: c + self.batch_size]
+                if fast:
+                    res = self._fast_decode([encoded[pi][0] for pi, _ in chunk], sampling, gen)
+                    for key, r in zip(chunk, res):
+                        results[key] = r
+                    continue
                 with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
                     res = self._decode([encoded[pi][0] for pi, _ in chunk], sampling, gen)
                 for key, r in zip(chunk, res):

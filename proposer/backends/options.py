@@ -9,7 +9,7 @@ arguments: what a backend takes lives beside it, not in evolve/.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,10 +37,16 @@ class BackendOptions(BaseModel):
 
 
 class HFOptions(BackendOptions):
-    """tiny and hf:PATH: transformers on this machine (no options of their own)."""
+    """tiny and hf:PATH: transformers on this machine."""
+
+    flag_prefix: ClassVar[str | None] = "hf"  # --hf-sampler, for tiny and hf
+    sampler: Literal["fast", "general"] = Field(
+        "fast", description="fast: the KV-cached plain-torch sampler where the model's layout allows it "
+                            "(proposer/backends/fast_sampler.py; else the general loop); general: the transformers "
+                            "decode loop always (the sampler of earlier versions, for their exports)")
 
     def kwargs(self, run: BackendRun) -> dict[str, Any]:
-        kw: dict[str, Any] = {"chat": run.chat}
+        kw: dict[str, Any] = {"chat": run.chat, "fast_sampler": self.sampler == "fast"}
         if run.threads:
             kw["threads"] = run.threads
         if run.dtype != "auto":

@@ -1,0 +1,331 @@
+"""A KV-cached sampler for Llama-family causal LMs in plain torch: the ``hf``/``tiny`` decode loop's fast path.
+
+Why not the transformers forward per token: at the tiny model's size the per-step cost is framework overhead,
+not arithmetic. Measured on the landed loop (bench/learner_speed.py): 37% of CPU time in ``aten::cat`` (the
+dynamic cache and the attention mask re-concatenated every step), the LoRA adapter adding a third more ops per
+token, and G copies of the same prompt prefilled. Here:
+
+* **One prefill per distinct prompt**, its keys and values copied into the rows that share it (a group's G rows
+  share one prompt; a probe's rows a few).
+* **A preallocated KV cache** (layers × rows × kv-heads × (prompt + budget) × head_dim), written in place; no
+  per-step concatenation. Rows of prompts of different lengths are left-aligned to one width and masked.
+* **The LoRA merged for sampling**: every linear layer's effective weight W + scaling·B·A (peft's own
+  ``get_delta_weight``) is computed once per call from the live model, so a trainer's in-place update is seen at
+  the next call, the base weights are never touched, and a disabled adapter (``FrozenAdapterView``) samples the
+  base. The snapshot also lets a trainer update the live model while this samples.
+* **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).
+* **The draw**: ``argmax(p / E)`` with E ~ Exp(1) (the exponential race, the same distribution as
+  ``multinomial``), seeded by the caller's ``torch.Generator``.
+
+The behaviour log-prob recorded per token is ``logprobs.tempered_logprobs`` of the step's logits, as in the
+general loop; the trainer's full-sequence recompute of it agrees to ~1e-6 in fp32. ``supports(model)`` says
+whether a model is one this path computes exactly (Llama, Mistral and Qwen2 layouts with default RoPE and no
+sliding window); the backend keeps its general loop for everything else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import torch
+import torch.nn.functional as F
+
+from proposer.backends.logprobs import base_model, tempered_logprobs
+
+_ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+COMPACT_AT = 0.75  # compact the batch when at most this share of its rows is still running
+
+
+def supports(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a layout this sampler computes exactly (else the backend's general loop runs)."""
+    base = base_model(model)
+    cfg = getattr(base, "config", None)
+    if type(base).__name__ not in _ARCHS or cfg is None:
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if (rope.get("rope_type") or rope.get("type") or "default") != "default":
+        return False
+    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) \
+            and type(base).__name__ != "LlamaForCausalLM":
+        return False
+    return getattr(cfg, "hidden_act", "silu") == "silu"
+
+
+def _effective(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(weight, bias) a linear layer applies now: a peft LoRA layer's active adapters merged in, unless they are
+    disabled or already merged; a plain ``nn.Linear`` as it is."""
+    base = getattr(linear, "base_layer", None)
+    if base is None:
+        return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
+    w = base.weight.detach()
+    if not getattr(linear, "disable_adapters", False) and not getattr(linear, "merged", False):
+        active = linear.active_adapters if hasattr(linear, "active_adapters") else [linear.active_adapter]
+        for name in active:
+            if name in getattr(linear, "lora_A", {}):
+                w = w + linear.get_delta_weight(name).detach().to(w.dtype)
+    return w, None if base.bias is None else base.bias.detach()
+
+
+@dataclass
+class _Layer:
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    qkv: tuple[torch.Tensor, torch.Tensor | None]
+    o: tuple[torch.Tensor, torch.Tensor | None]
+    gate_up: tuple[torch.Tensor, torch.Tensor | None]
+    down: tuple[torch.Tensor, torch.Tensor | None]
+
+
+class Weights:
+    """The model's effective weights for one sampling call (q/k/v and gate/up concatenated: one matmul each)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        base = base_model(model)
+        cfg = base.config
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads)
+        self.eps = float(cfg.rms_norm_eps)
+        rope = getattr(cfg, "rope_parameters", None) or {}
+        theta = float(rope.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
+        inner = base.model
+        self.embed = inner.embed_tokens.weight.detach()
+        self.dtype = self.embed.dtype
+        # fp32: each RMSNorm's weight is folded into the linear layers it feeds (W diag(g)), two ops less per norm
+        self.fold = self.dtype == torch.float32
+        self.norm = inner.norm.weight.detach()
+        self.lm_head = _fold(_effective(base.lm_head), self.norm if self.fold else None)[0]
+        self.device = self.embed.device
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float,
+                                                      device=self.device) / self.head_dim))
+        self._table: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.layers = []
+        for layer in inner.layers:
+            att, mlp = layer.self_attn, layer.mlp
+            ln1, ln2 = layer.input_layernorm.weight.detach(), layer.post_attention_layernorm.weight.detach()
+            qkv = _cat([_effective(getattr(att, n)) for n in ("q_proj", "k_proj", "v_proj")])
+            gate_up = _cat([_effective(mlp.gate_proj), _effective(mlp.up_proj)])
+            if self.fold:
+                qkv, gate_up = _fold(qkv, ln1), _fold(gate_up, ln2)
+            self.layers.append(_Layer(ln1, ln2, qkv, _effective(att.o_proj), gate_up, _effective(mlp.down_proj)))
+
+
+    def rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin at positions ``pos`` (rows, T) -> (rows, T, 1, head_dim), from a table grown on demand
+        (computed as LlamaRotaryEmbedding does: fp32 angles, then the model's dtype)."""
+        need = int(pos.max()) + 1
+        if self._table is None or self._table[0].shape[0] < need:
+            n = max(need, 2 * (0 if self._table is None else self._table[0].shape[0]), 512)
+            ang = torch.arange(n, device=self.device, dtype=torch.float)[:, None] * self.inv_freq
+            emb = torch.cat((ang, ang), dim=-1)
+            self._table = (emb.cos().to(self.dtype), emb.sin().to(self.dtype))
+        return self._table[0][pos][:, :, None], self._table[1][pos][:, :, None]
+
+
+def _fold(linear: tuple[torch.Tensor, torch.Tensor | None], gain: torch.Tensor | None):
+    return linear if gain is None else (linear[0] * gain, linear[1])
+
+
+def _cat(parts: list[tuple[torch.Tensor, torch.Tensor | None]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    w = torch.cat([p[0] for p in parts], dim=0)
+    if all(p[1] is None for p in parts):
+        return w, None
+    return w, torch.cat([p[1] if p[1] is not None else torch.zeros(p[0].shape[0], dtype=w.dtype, device=w.device)
+                         for p in parts])
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """LlamaRMSNorm; ``w`` None when its gain is folded into the next linear layer."""
+    if w is None:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rot * sin
+
+
+class _Cache:
+    """Per layer, keys and values of every row: (rows, kv_heads, length, head_dim), written in place. With a
+    ``prefix`` (every row's one shared prompt: per layer (k, v) of (kv_heads, P, head_dim)) the rows hold only
+    the generated tokens and attention reads the prompt's keys once for all rows."""
+
+    def __init__(self, w: Weights, rows: int, length: int, prefix: list | None = None) -> None:
+        shape = (rows, w.n_kv, length, w.head_dim)
+        self.k = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in w.layers]
+        self.v = [torch.zeros(shape, dtype=w.dtype, device=w.device) for _ in w.layers]
+        self.prefix = prefix
+
+    def keep(self, idx: torch.Tensor) -> None:
+        self.k = [k.index_select(0, idx) for k in self.k]
+        self.v = [v.index_select(0, idx) for v in self.v]
+
+
+def _forward(w: Weights, ids: torch.Tensor, pos: torch.Tensor, cache: _Cache | None, at: int,
+             mask: torch.Tensor | None, layer_kv: list | None = None) -> torch.Tensor:
+    """One forward of ``ids`` (rows, T) at positions ``pos`` (rows, T); returns the last position's logits.
+
+    With ``cache``: T = 1, the new key/value goes to column ``at`` and attention reads columns [0, at]
+    (``mask``: (rows, 1, 1, at + 1) bool, None when every column is valid). Without: a causal prefill whose
+    per-layer (k, v) are appended to ``layer_kv``."""
+    x = F.embedding(ids, w.embed)
+    rows, t = ids.shape
+    cos, sin = w.rope(pos)
+    nq, nkv, hd = w.n_heads * w.head_dim, w.n_kv * w.head_dim, w.head_dim
+    nqk = w.n_heads + w.n_kv
+    for li, layer in enumerate(w.layers):
+        h = _rms(x, None if w.fold else layer.ln1, w.eps)
+        qkv = F.linear(h, *layer.qkv)
+        qk = _rope(qkv[..., :nq + nkv].view(rows, t, nqk, hd), cos, sin).transpose(1, 2)  # q and k at once
+        q, k = qk[:, :w.n_heads], qk[:, w.n_heads:]
+        v = qkv[..., nq + nkv:].view(rows, t, w.n_kv, hd).transpose(1, 2)
+        if cache is not None:
+            cache.k[li][:, :, at: at + 1] = k
+            cache.v[li][:, :, at: at + 1] = v
+            keys, vals = cache.k[li][:, :, : at + 1], cache.v[li][:, :, : at + 1]
+            if cache.prefix is not None:
+                a = _shared_prefix_attention(q, *cache.prefix[li], keys, vals)
+            else:
+                a = F.scaled_dot_product_attention(q, keys, vals, attn_mask=mask, enable_gqa=w.n_kv != w.n_heads)
+        else:
+            layer_kv.append((k, v))
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=w.n_kv != w.n_heads)
+        x = x + F.linear(a.transpose(1, 2).reshape(rows, t, nq), *layer.o)
+        h = _rms(x, None if w.fold else layer.ln2, w.eps)
+        gu = F.linear(h, *layer.gate_up)
+        half = gu.shape[-1] // 2
+        x = x + F.linear(F.silu(gu[..., :half]) * gu[..., half:], *layer.down)
+    return F.linear(_rms(x[:, -1], None if w.fold else w.norm, w.eps), w.lm_head)
+
+
+def _shared_prefix_attention(q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, keys: torch.Tensor,
+                             vals: torch.Tensor) -> torch.Tensor:
+    """Softmax attention of one query per row over [the shared prompt ; the row's own tokens].
+
+    q (rows, H, 1, D); pk, pv (H_kv, P, D) shared by every row; keys, vals (rows, H_kv, T, D). The prompt part is
+    one matmul with the heads as the batch, so its keys are read once, not once per row (the general path's
+    copy). Grouped-query heads are views: q as (rows, H_kv, g, D)."""
+    rows, h, _, d = q.shape
+    hkv = pk.shape[0]
+    g = h // hkv
+    qg = q.reshape(rows, hkv, g, d) * d ** -0.5
+    s_p = torch.matmul(qg.permute(1, 0, 2, 3).reshape(hkv, rows * g, d), pk.transpose(1, 2))  # (H_kv, rows*g, P)
+    s_g = torch.matmul(qg, keys.transpose(-1, -2))  # (rows, H_kv, g, T)
+    n_p = s_p.shape[-1]
+    att = torch.cat((s_p.view(hkv, rows, g, n_p).permute(1, 0, 2, 3), s_g), dim=-1).softmax(-1, dtype=torch.float32)
+    att = att.to(q.dtype)
+    p_p = att[..., :n_p].permute(1, 0, 2, 3).reshape(hkv, rows * g, n_p)
+    out = torch.matmul(p_p, pv).view(hkv, rows, g, d).permute(1, 0, 2, 3) + torch.matmul(att[..., n_p:], vals)
+    return out.reshape(rows, h, 1, d)
+
+
+def draw(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None) -> torch.Tensor:
+    """One token per row: greedy at T <= 0, else a sample of softmax(logits / T) cut to the top-p nucleus, by the
+    inverse CDF (one uniform per row: ~10x cheaper here than ``multinomial`` or an exponential race over V)."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    probs = F.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, idx = probs.sort(dim=-1, descending=True)
+        sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+    cdf = probs.double().cumsum(-1)
+    u = torch.rand((probs.shape[0], 1), generator=gen, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
+    tok = torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[-1] - 1)
+    # u * total rounding up to the total could land past the last token of non-zero mass: take that token
+    zero = probs.gather(-1, tok) <= 0
+    if bool(zero.any()):
+        last = (probs > 0).float().cumsum(-1).argmax(-1, keepdim=True)
+        tok = torch.where(zero, last, tok)
+    return tok.squeeze(-1)
+
+
+@torch.no_grad()
+def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temperature: float, top_p: float,
+           eos_ids: set[int], gen: torch.Generator | None) -> list[tuple[list[int], list[float], bool]]:
+    """One continuation per row of ``prompts`` (rows sharing a prompt share its prefill): per row (token ids,
+    behaviour log-probs, finished by EOS). At most ``budget`` tokens per row."""
+    w = Weights(model)
+    dev = w.device
+    b = len(prompts)
+    if b == 0 or budget <= 0:
+        return [([], [], False) for _ in prompts]
+    distinct: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(prompts):
+        distinct.setdefault(tuple(p), []).append(i)
+    logits = torch.empty((b, w.lm_head.shape[0]), dtype=torch.float32, device=dev)
+    start = torch.zeros(b, dtype=torch.long)
+    if len(distinct) == 1:  # a group: the prompt's keys are kept once, the rows hold their own tokens only
+        p = prompts[0]
+        kv = []
+        last = _forward(w, torch.tensor([p], dtype=torch.long, device=dev), torch.arange(len(p), device=dev)[None],
+                        None, 0, None, kv)
+        cache = _Cache(w, b, budget, prefix=[(k[0], v[0]) for k, v in kv])
+        logits[:] = last.float()
+        width = 0
+    else:
+        width = max(len(p) for p in prompts)
+        cache = _Cache(w, b, width + budget)
+    for p, rows in (distinct.items() if cache.prefix is None else ()):
+        ids = torch.tensor([p], dtype=torch.long, device=dev)
+        kv: list = []
+        last = _forward(w, ids, torch.arange(len(p), device=dev)[None], None, 0, None, kv)
+        idx = torch.tensor(rows, device=dev)
+        for li, (k, v) in enumerate(kv):
+            cache.k[li][idx, :, width - len(p): width] = k.expand(len(rows), -1, -1, -1)
+            cache.v[li][idx, :, width - len(p): width] = v.expand(len(rows), -1, -1, -1)
+        logits[idx] = last.float().expand(len(rows), -1)
+        start[rows] = width - len(p)
+    eos = torch.tensor(sorted(eos_ids), device=dev)
+    toks = torch.zeros((b, budget), dtype=torch.long)
+    lps = torch.zeros((b, budget), dtype=torch.float32)
+    length = torch.zeros(b, dtype=torch.long)
+    stopped = torch.zeros(b, dtype=torch.bool)
+    live = torch.arange(b)  # original row of each batch row
+    alive = torch.ones(b, dtype=torch.bool)  # batch rows still generating (finished ones leave at compaction)
+    pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=dev)  # position of the next token
+    col_start = start.to(dev)
+    same = len({len(p) for p in prompts}) == 1
+    p_nuc = top_p if temperature > 0 else 1.0
+    for step in range(budget):
+        nxt = draw(logits, temperature, top_p, gen)
+        lp = tempered_logprobs(logits, nxt, temperature, p_nuc)
+        is_eos = torch.isin(nxt, eos)
+        nxt_c, lp_c, eos_c = nxt.cpu(), lp.float().cpu(), is_eos.cpu()
+        rows = live[alive]
+        toks[rows, step] = nxt_c[alive]
+        lps[rows, step] = lp_c[alive]
+        length[rows] = step + 1
+        stopped[rows] = eos_c[alive]
+        alive = alive & ~eos_c
+        n_run = int(alive.sum())
+        if n_run == 0 or step == budget - 1:
+            break
+        if n_run <= COMPACT_AT * len(live):
+            keep = alive.nonzero().squeeze(-1)
+            keep_d = keep.to(dev)
+            cache.keep(keep_d)
+            live, alive, nxt, pos, col_start = live[keep], alive[keep], nxt[keep_d], pos[keep_d], col_start[keep_d]
+        at = width + step
+        mask = None
+        if not same:
+            mask = (torch.arange(at + 1, device=dev)[None] >= col_start[:, None])[:, None, None]
+        logits = _forward(w, nxt[:, None], pos[:, None], cache, at, mask).float()
+        pos = pos + 1
+    out = []
+    for i in range(b):
+        n = int(length[i])
+        out.append((toks[i, :n].tolist(), lps[i, :n].tolist(), bool(stopped[i])))
+    return out
+
+
+def flops_per_token(model: torch.nn.Module, context: int) -> float:
+    """Forward FLOPs of one decoded token at ``context`` tokens of attention (2 per multiply-add)."""
+    w = Weights(model)
+    mats = sum(layer.qkv[0].numel() + layer.o[0].numel() + layer.gate_up[0].numel() + layer.down[0].numel()
+               for layer in w.layers)
+    attn = 2 * 2 * len(w.layers) * w.n_heads * w.head_dim * context
+    return 2.0 * (mats + w.lm_head.numel()) + attn
+

@@ -1,0 +1,157 @@
+"""The fast sampler (proposer/backends/fast_sampler.py) against the general transformers loop it replaces: greedy
+tokens equal, behaviour log-probs equal to a full-sequence recompute, LoRA merged and disabled as peft computes,
+seeded draws reproducible and of the right distribution."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
+from proposer.backends import fast_sampler as fs  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.backends.logprobs import batch_sequence_logprobs  # noqa: E402
+from proposer.training.lora import wrap_lora  # noqa: E402
+
+LONG = ("def f(xs):\n    # EVOLVE-BLOCK-START\n    xs = [x * x for x in xs]\n    return sum(xs)\n"
+        "    # EVOLVE-BLOCK-END\n# square each element, then take the sum of the elements\n<answer_1>")
+SHORT = "# sort the list, then keep the first three elements\n<answer_1>"
+
+pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    be = make_backend("tiny", threads=1)
+    ids = {name: be.encode_prompt(p, 200)[0] for name, p in (("long", LONG), ("short", SHORT))}
+    return be, ids
+
+
+@pytest.fixture(scope="module")
+def lora_model(tiny):
+    """The bundled model under a LoRA whose B matrices are non-zero (a trained adapter, not the identity)."""
+    be, _ = tiny
+    torch.manual_seed(0)
+    m = wrap_lora(be.model, rank=8)
+    for n, p in m.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0.0, 0.05)
+    yield m
+    be.model = m.unload()
+
+
+def _general(be, model, rows, sp, gen=None):
+    old = be.model
+    be.model = model
+    try:
+        return be._decode(rows, sp, gen)
+    finally:
+        be.model = old
+
+
+@pytest.mark.parametrize("adapter", ["none", "lora", "lora disabled"])
+@pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
+def test_greedy_tokens_equal_the_general_loop(tiny, lora_model, adapter, layout):
+    be, ids = tiny
+    rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 5 + [ids["short"]] * 3
+    model = be.model if adapter == "none" else lora_model
+    sp = SamplingParams(temperature=0.0, max_tokens=160)
+    if adapter == "lora disabled":
+        with lora_model.disable_adapter():
+            want, got = _general(be, model, rows, sp), fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None)
+    else:
+        want, got = _general(be, model, rows, sp), fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None)
+    assert [w[0] for w in want] == [g[0] for g in got]
+    assert [w[2] for w in want] == [g[2] for g in got]
+    assert sum(len(g[0]) for g in got) > 60
+    for (_, lw, _), (_, lg, _) in zip(want, got):
+        assert max(abs(a - b) for a, b in zip(lw, lg)) < 1e-5
+
+
+def test_a_trained_adapter_changes_what_is_sampled(tiny, lora_model):
+    """The merge is real: the LoRA's log-probs of its own greedy tokens differ from the base's (the adapter
+    disabled) on the same tokens."""
+    be, ids = tiny
+    rows = [ids["long"]] * 2
+    on = fs.sample(lora_model, rows, 80, 0.0, 1.0, be.eos_ids, None)
+    with lora_model.disable_adapter():
+        base = batch_sequence_logprobs(lora_model, rows, [r[0] for r in on])
+    assert max(abs(a - b) for r, q in zip(on, base) for a, b in zip(r[1], q)) > 1e-3
+
+
+@pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
+def test_behaviour_logprobs_equal_a_full_recompute(tiny, lora_model, layout):
+    """At T = 0.7 and top-p 0.9 the recorded log-prob of every token equals the trainer's recompute (<= 1e-5)."""
+    be, ids = tiny
+    rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 4 + [ids["short"]] * 4
+    gen = torch.Generator().manual_seed(11)
+    got = fs.sample(lora_model, rows, 200, 0.7, 0.9, be.eos_ids, gen)
+    rec = batch_sequence_logprobs(lora_model, rows, [g[0] for g in got], temperature=0.7, top_p=0.9)
+    assert sum(len(g[0]) for g in got) > 80
+    err = max(abs(a - b) for g, r in zip(got, rec) for a, b in zip(g[1], r))
+    assert err <= 1e-5, err
+
+
+def test_seeded_calls_reproduce_and_rows_differ(tiny):
+    be, ids = tiny
+    run = [fs.sample(be.model, [ids["long"]] * 6, 120, 1.0, 1.0, be.eos_ids, torch.Generator().manual_seed(4))
+           for _ in range(2)]
+    assert run[0] == run[1]
+    assert len({tuple(r[0]) for r in run[0]}) > 1  # rows sharing a prompt draw independently
+    other = fs.sample(be.model, [ids["long"]] * 6, 120, 1.0, 1.0, be.eos_ids, torch.Generator().manual_seed(5))
+    assert other != run[0]
+
+
+def test_backend_generate_uses_it_and_general_is_kept(tiny):
+    """HFBackend.generate: the fast path for a Llama; ``sampler: general`` (fast_sampler=False) keeps the old
+    loop. Greedy completions are the same text either way."""
+    be, _ = tiny
+    general = make_backend("tiny", threads=1, fast_sampler=False)
+    sp = SamplingParams(temperature=0.0, max_tokens=100)
+    a, b = be.generate([LONG, SHORT], 2, sp), general.generate([LONG, SHORT], 2, sp)
+    assert [[c.text for c in g] for g in a] == [[c.text for c in g] for g in b]
+    assert fs.supports(be.model)
+
+
+def test_unsupported_layouts_fall_back():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    assert not fs.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)))
+
+
+def test_qwen2_layout_with_biases_matches_transformers():
+    """A random Qwen2 (q/k/v biases, grouped-query heads): greedy tokens and logits as transformers computes."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(1)
+    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    model = Qwen2ForCausalLM(cfg).eval()
+    assert fs.supports(model)
+    prompts = [[5, 9, 13, 2, 7, 7, 1]] * 3 + [[4, 4, 8]] * 2
+    got = fs.sample(model, prompts, 20, 0.0, 1.0, {96}, None)
+    with torch.no_grad():
+        for p, (toks, lps, _) in zip(prompts, got):
+            seq = list(p)
+            for t in toks:
+                logits = model(torch.tensor([seq])).logits[0, -1]
+                assert int(logits.argmax()) == t
+                seq.append(t)
+        rec = batch_sequence_logprobs(model, prompts, [g[0] for g in got])
+    assert max(abs(a - b) for g, r in zip(got, rec) for a, b in zip(g[1], r)) < 1e-5
+
+
+def test_draw_samples_the_nucleus_distribution():
+    """The inverse-CDF draw: frequencies match softmax(logits / T) cut to top-p, and no token outside it."""
+    logits = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -8.0]]).repeat(20000, 1)
+    gen = torch.Generator().manual_seed(0)
+    toks = fs.draw(logits, 0.8, 0.9, gen)
+    p = torch.softmax(logits[0] / 0.8, -1)
+    before = p.cumsum(-1) - p
+    keep = before < 0.9
+    want = torch.where(keep, p, torch.zeros_like(p))
+    want = want / want.sum()
+    freq = torch.bincount(toks, minlength=6).float() / len(toks)
+    assert torch.all(freq[~keep] == 0)
+    assert torch.allclose(freq, want, atol=0.015), (freq, want)
+    assert torch.equal(fs.draw(logits[:3], 0.0, 1.0, None), torch.zeros(3, dtype=torch.long))

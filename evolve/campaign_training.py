@@ -40,7 +40,7 @@ from proposer.training.trainer import TrainSample
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
 from .progress import training_fields
-from .trainer_setup import build_trainer
+from .trainer_setup import build_trainer, movement_due
 
 if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
     from .campaign import Campaign
@@ -266,6 +266,7 @@ class CampaignTrainer:
             if isinstance(v, (int, float, np.floating, np.integer)):
                 stats[f"diag_{k}"] = float(v)
         if samples:
+            self.trainer.cfg.movement = movement_due(self.cfg, self.version)
             with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
             self.version += 1

@@ -180,6 +180,9 @@ class TrainSection(StrictModel):
                              "first (0: no probes)")
     probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
     probe_group: int = Field(2, ge=1, description="completions per probe problem")
+    movement_every: int = Field(10, ge=0, description="measure how far an update moved the policy (policy_kl, "
+                                "mean_abs_dlogp, greedy_changed: one more forward) on every N-th update and the "
+                                "first (0: never)")
     covrl: CoVRLSection = Field(default_factory=CoVRLSection)
 
     @field_validator("algo")

@@ -29,7 +29,7 @@ from proposer.training.trainer import PolicyTrainer, TrainSample
 
 from .config import CampaignConfig
 from .progress import as_reporter, training_fields
-from .trainer_setup import build_trainer
+from .trainer_setup import build_trainer, movement_due
 
 __all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k"]
 
@@ -103,6 +103,7 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
             stats.update(prober.run(backend, pool, "_before"))
         if samples:
             rep.phase(f"step {step + 1}: updating the policy on {len(samples)} completions", log=False)
+            trainer.cfg.movement = movement_due(cfg, step)
             stats.update(trainer.step(samples))
         backend.set_policy_version(step + 1)
         if prober is not None and (step + 1) % probe_every == 0:

@@ -28,6 +28,12 @@ def training_config(cfg: CampaignConfig) -> TrainConfig:
                        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)
 
 
+def movement_due(cfg: CampaignConfig, version: int) -> bool:
+    """Whether the update that makes policy ``version`` + 1 measures its movement (``train.movement_every``)."""
+    every = cfg.train.movement_every
+    return bool(every) and (version == 0 or (version + 1) % every == 0)
+
+
 def trainable_model(model: Any, cfg: CampaignConfig) -> Any:
     """The model with its LoRA adapter (``train.lora``: seeded init), or the model itself for full fine-tuning;
     an adapter already there (a resumed learner) is kept."""

@@ -62,8 +62,14 @@ def completion_logprobs(
     top_p: float = 1.0,
     bf16_autocast: bool = False,
     with_argmax: bool = False,
+    shared_prompt: bool = False,
 ) -> tuple[torch.Tensor, ...]:
     """Per-token log-probs of each completion given its prompt (``tempered_logprobs``), one padded forward.
+
+    ``shared_prompt`` and every row has the same prompt (one group): the prompt runs once and its key/value
+    cache is repeated for the rows (``_shared_prompt_logits``; gradients flow through it), the same numbers to
+    ~1e-6 for less than half the tokens at a campaign's shapes. Not with activation checkpointing (HF turns the
+    cache off in training then).
 
     Layout: prompts left-padded to P = longest prompt, completions right-padded after column P, position ids
     from the attention mask. Completion token j of every row is predicted by the logits at column P - 1 + j, so
@@ -80,6 +86,19 @@ def completion_logprobs(
     if any(n == 0 for n in lp):
         raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
     b, width, t_c = len(prompts), max(lp), max(lc)
+    if shared_prompt and b > 1 and all(tuple(p) == tuple(prompts[0]) for p in prompts[1:]):
+        targets = torch.zeros((b, t_c), dtype=torch.long)
+        mask = torch.zeros((b, t_c))
+        for i, c in enumerate(completions):
+            targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
+            mask[i, : lc[i]] = 1.0
+        targets, mask = targets.to(device), mask.to(device)
+        with _autocast(device, bf16_autocast):
+            logits = _shared_prompt_logits(model, list(prompts[0]), targets, mask)
+        logp = tempered_logprobs(logits, targets, temperature, top_p)
+        if with_argmax:
+            return logp * mask, mask, logits.detach().argmax(-1)
+        return logp * mask, mask
     input_ids = torch.zeros((b, width + t_c), dtype=torch.long)
     attn = torch.zeros((b, width + t_c), dtype=torch.long)
     targets = torch.zeros((b, t_c), dtype=torch.long)
@@ -100,6 +119,33 @@ def completion_logprobs(
     if with_argmax:
         return logp * mask, mask, logits.detach().argmax(-1)
     return logp * mask, mask
+
+
+def _cache_kwarg(model: torch.nn.Module) -> str:
+    return "cache" if "cache" in inspect.signature(base_model(model).forward).parameters else "past_key_values"
+
+
+def _shared_prompt_logits(model: torch.nn.Module, prompt: list[int], targets: torch.Tensor,
+                          mask: torch.Tensor) -> torch.Tensor:
+    """(B, T_c, V) logits predicting each row's completion tokens ``targets`` (right-padded, ``mask``) after one
+    shared ``prompt``: the prompt's forward once (its last logits predict token 0), its cache repeated B times,
+    then the completions' first T_c - 1 tokens through it."""
+    device = targets.device
+    b, t_c = targets.shape
+    p = len(prompt)
+    kw = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True, **kw)
+    first = out.logits[:, -1:].expand(b, 1, -1)
+    if t_c == 1:
+        return first
+    cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
+    cache.batch_repeat_interleave(b)
+    ids = targets[:, :-1]
+    attn = torch.cat([torch.ones((b, p), dtype=torch.long, device=device), mask[:, :-1].long()], dim=1)
+    pos = (p + torch.arange(t_c - 1, device=device))[None].expand(b, -1)
+    rest = model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                 **{_cache_kwarg(model): cache}).logits
+    return torch.cat([first, rest], dim=1)
 
 
 @torch.no_grad()

@@ -36,7 +36,14 @@ lr-1e-5 step moved 15% of a bf16 model's weights, 99% in fp32). Trainable low-pr
 fp32 in place (the fp32 learner); on CUDA the forwards run under bf16 autocast; frozen weights (LoRA base,
 KL reference) stay as loaded. ``upcast_trainable=False`` with such parameters is an error.
 
-Policy movement, logged by every ``step()`` (one extra forward without gradients): ``policy_kl`` (mean over the
+Forwards per step: the general step runs pi_old (no gradients), the reference, the training forward and the
+movement probe. The *lean* step (``lean``, whenever ``epochs == 1`` and the samples are one minibatch, as in a
+campaign) takes pi_old from the training forward itself, detached: it is the same policy on the same tokens, so
+the loss and gradients are the general step's (tests/proposer/test_training.py) for one forward less. With
+``shared_prompt`` the rows of a micro-batch that share one prompt (a group) run it once (``completion_logprobs``).
+``movement=False`` skips the movement forward (its keys are then absent from the stats).
+
+Policy movement, logged by ``step()`` when ``movement`` (one extra forward without gradients): ``policy_kl`` (mean over the
 step's completion tokens of r log r - r + 1, r = pi_new / pi_old: a non-negative importance estimate of
 KL(new || old) from tokens sampled by ~pi_old), ``mean_abs_dlogp`` and ``greedy_changed`` (fraction of those positions whose most likely
 token changed): an update that moves nothing shows up as zeros, whatever the loss says.
@@ -101,6 +108,9 @@ class TrainConfig:
     max_seq_len: int = 0  # prompt + completion tokens per row (0: no limit); longer: prompt cut on the left
     bf16_autocast_on_gpu: bool = True  # forward in bf16 autocast on CUDA; log-softmax always in fp32
     upcast_trainable: bool = True  # make bf16/fp16 trainable parameters fp32 (False: error if there are any)
+    lean: bool = True  # on-policy step (1 epoch, 1 minibatch): pi_old is the training forward's own, detached
+    shared_prompt: bool = True  # a group's shared prompt runs once per forward (not with gradient checkpointing)
+    movement: bool = True  # log policy_kl / mean_abs_dlogp / greedy_changed (one more forward, no gradients)
 
     def __post_init__(self) -> None:
         checks = [("lr", self.lr >= 0), ("clip_eps", self.clip_eps > 0), ("kl_beta", self.kl_beta >= 0),
@@ -226,7 +236,8 @@ class PolicyTrainer:
         return completion_logprobs(self.model if model is None else model, [s.prompt_ids for s in samples],
                                    [s.completion_ids for s in samples], temperature=self.cfg.temperature,
                                    top_p=self.cfg.top_p, bf16_autocast=self.cfg.bf16_autocast_on_gpu,
-                                   with_argmax=with_argmax)
+                                   with_argmax=with_argmax,
+                                   shared_prompt=self.cfg.shared_prompt and not self.cfg.gradient_checkpointing)
 
     @torch.no_grad()
     def _movement(self, plan, old, old_greedy) -> dict[str, float]:
@@ -300,18 +311,31 @@ class PolicyTrainer:
         self.model.train()  # dropout is off (disable_dropout); train mode keeps gradient checkpointing on
         try:
             plan = self._split(samples)
+            lean = cfg.lean and cfg.epochs == 1 and len(plan) == 1
             beh = dict(gap=0.0, gap_abs=0.0, is_truncated=0.0, beh_tokens=0.0, n_missing_behaviour=0.0)
-            with torch.no_grad():  # pi_old: the learner now, same layout as the training forwards below
-                probes = [[self._logprobs(mc, with_argmax=True) for mc in mb] for mb in plan]
-                old = [[p[0] for p in mb] for mb in probes]
-                old_greedy = [[p[2] for p in mb] for mb in probes]
-                del probes
-                weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)] for mb, olds in zip(plan, old)]
+            with torch.no_grad():
+                if lean:  # pi_old comes from the training forward below
+                    old = [[None] * len(mb) for mb in plan]
+                    old_greedy = [[None] * len(mb) for mb in plan]
+                    weights = [[None] * len(mb) for mb in plan]
+                else:  # pi_old: the learner now, same layout as the training forwards below
+                    probes = [[self._logprobs(mc, with_argmax=True) for mc in mb] for mb in plan]
+                    old = [[p[0] for p in mb] for mb in probes]
+                    old_greedy = [[p[2] for p in mb] for mb in probes]
+                    del probes
+                    weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)]
+                               for mb, olds in zip(plan, old)]
                 refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
             n_toks = [float(sum(len(s.completion_ids) for chunk in mb for s in chunk)) for mb in plan]
 
             def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:
-                cur, mask = self._logprobs(chunk)
+                if lean:
+                    cur, mask, greedy = self._logprobs(chunk, with_argmax=True)
+                    old[k][j], old_greedy[k][j] = cur.detach(), greedy
+                    with torch.no_grad():
+                        weights[k][j] = self._is_weights(chunk, old[k][j], beh)
+                else:
+                    cur, mask = self._logprobs(chunk)
                 adv = torch.tensor([s.advantage for s in chunk], device=device, dtype=cur.dtype)[:, None]
                 return ppo_loss(cur, old[k][j], refs[k][j], adv, weights[k][j], mask, n_toks[k], cfg.clip_eps,
                                 cfg.kl_beta)
@@ -326,7 +350,11 @@ class PolicyTrainer:
                 stats["behaviour_gap"] = beh["gap"] / beh["beh_tokens"]
                 stats["behaviour_gap_abs"] = beh["gap_abs"] / beh["beh_tokens"]
                 stats["is_truncated_frac"] = beh["is_truncated"] / beh["beh_tokens"]
-            stats.update(self._movement(plan, old, old_greedy))
+            if cfg.movement:
+                stats.update(self._movement(plan, old, old_greedy))
+            else:
+                for key in ("policy_kl", "mean_abs_dlogp", "greedy_changed"):
+                    stats.pop(key, None)
         finally:
             self.model.train(was_training)
         return stats

@@ -30,6 +30,7 @@ train:
   every: 2
   batch: 2
   lr: 0.001
+  movement_every: 1
 """  # train last: a test's extra keys (indented) continue its section
 
 

@@ -244,3 +244,71 @@ def test_policy_movement_is_measured_against_an_independent_computation():
     assert st["policy_kl"] == pytest.approx(kl / n, rel=1e-4, abs=1e-7) and st["policy_kl"] > 0
     assert st["mean_abs_dlogp"] == pytest.approx(dlp / n, rel=1e-4) and st["mean_abs_dlogp"] > 1e-3
     assert st["greedy_changed"] == pytest.approx(changed / n)
+
+
+# ------------------------------------------------------------------------------------------ the lean step
+def _group(n=8, seed=0, model=None):
+    """A campaign-shaped group: one prompt, n completions of different lengths, behaviour log-probs, advantages."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, VOCAB, (9,), generator=g).tolist()
+    out = []
+    for i in range(n):
+        c = torch.randint(0, VOCAB, (int(torch.randint(1, 12, (1,), generator=g)),), generator=g).tolist()
+        beh = [x - 0.01 * (i % 3) for x in sequence_logprobs(model, prompt, c)]
+        out.append(TrainSample(prompt, c, beh, float(torch.randn(1, generator=g))))
+    return out
+
+
+def _grads_and_stats(model, samples, **cfg):
+    """One step at lr 0 (the model does not move): the gradient it applied and its statistics."""
+    tr = PolicyTrainer(model, TrainConfig(lr=0.0, minibatch=8, kl_beta=0.05, **cfg), ref_model=None)
+    st = tr.step(samples)
+    return [p.grad.detach().clone() for p in tr.params], st
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_lean_step_equals_the_general_step(lora):
+    """On a campaign-shaped group (one prompt, 8 completions, stale behaviour log-probs, a KL reference) the lean
+    step (pi_old from the training forward, the prompt once) has the general step's loss, statistics and
+    gradients (<= 1e-4); micro-batches too."""
+    from proposer.training.lora import wrap_lora
+
+    model = tiny_llama(seed=5)
+    if lora:
+        model = wrap_lora(model, rank=4)
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.data.normal_(0.0, 0.1)
+    samples = _group(model=model)
+    general_g, general = _grads_and_stats(model, samples, lean=False, shared_prompt=False)
+    for micro in (0, 3):
+        lean_g, lean = _grads_and_stats(model, samples, micro_batch=micro)
+        for key in ("loss", "pg_loss", "kl", "clip_frac", "mean_ratio", "is_weight", "behaviour_gap"):
+            assert lean[key] == pytest.approx(general[key], abs=1e-4), key
+        assert max(float((a - b).abs().max()) for a, b in zip(lean_g, general_g)) <= 1e-4
+        assert max(float(a.abs().max()) for a in lean_g) > 1e-3  # a real gradient
+    assert lean["policy_kl"] == 0.0  # lr 0: nothing moved
+
+
+def test_lean_step_moves_the_policy_as_the_general_step_does():
+    """The same update from both paths: after one real step (lr 1e-2) the two models' weights agree."""
+    samples = _group(seed=1, model=tiny_llama(seed=2))
+    a, b = tiny_llama(seed=2), tiny_llama(seed=2)
+    PolicyTrainer(a, TrainConfig(lr=1e-2, minibatch=8, lean=False, shared_prompt=False)).step(samples)
+    st = PolicyTrainer(b, TrainConfig(lr=1e-2, minibatch=8, movement=False)).step(samples)
+    assert "policy_kl" not in st and st["n_updates"] == 1.0
+    diff = max(float((x - y).detach().abs().max()) for x, y in zip(a.parameters(), b.parameters()))
+    moved = max(float((x - y).detach().abs().max()) for x, y in zip(a.parameters(), tiny_llama(seed=2).parameters()))
+    assert diff < 1e-5 < moved
+
+
+def test_several_minibatches_take_the_general_path():
+    """Two minibatches (or two epochs): pi_old is the start-of-step policy, so the second minibatch's first
+    ratio is not 1; the lean flag must not change such a step."""
+    samples = _group(n=8, seed=2, model=tiny_llama(seed=3))
+    a, b = tiny_llama(seed=3), tiny_llama(seed=3)
+    sa = PolicyTrainer(a, TrainConfig(lr=1e-2, minibatch=4, lean=False)).step(samples)
+    sb = PolicyTrainer(b, TrainConfig(lr=1e-2, minibatch=4, lean=True)).step(samples)
+    assert sa["n_updates"] == sb["n_updates"] == 2.0
+    assert sa["mean_ratio"] == sb["mean_ratio"] != pytest.approx(1.0, abs=1e-9)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))

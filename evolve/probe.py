@@ -69,15 +69,20 @@ def build(name: str, problems: Sequence[Problem], evaluator, m: int, style: str,
     return Probe(name, tuple(problems), prompts, tuple(max(1, len(s.vector)) for s in seeds))
 
 
-def reward(backend, probe: Probe, evaluator, *, m: int, group: int, seed: int, temperature: float,
-           max_tokens: int, alias: str | None = None) -> float:
-    """mean_set_reward of ``group`` completions per probe prompt, sampled with ``seed``."""
-    groups = backend.generate(list(probe.prompts), group,
-                              SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed))
-    mats: list[np.ndarray] = []
-    for p, d, comps in zip(probe.problems, probe.dims, groups):
-        mats += score_completions(p, [c.text for c in comps], m, evaluator, d=d, alias=alias).matrices
-    return comparable_reward(mats)["mean_set_reward"]
+def rewards(backend, probes: Sequence[Probe], evaluator, *, m: int, group: int, seed: int, temperature: float,
+            max_tokens: int, alias: str | None = None) -> list[float]:
+    """mean_set_reward of ``group`` completions per prompt of each probe set, all sets sampled in one batched
+    call with ``seed`` (one call: the sampler batches the rows of every set together)."""
+    prompts = [q for probe in probes for q in probe.prompts]
+    groups = iter(backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                                                                  seed=seed)))
+    out = []
+    for probe in probes:
+        mats: list[np.ndarray] = []
+        for p, d in zip(probe.problems, probe.dims):
+            mats += score_completions(p, [c.text for c in next(groups)], m, evaluator, d=d, alias=alias).matrices
+        out.append(comparable_reward(mats)["mean_set_reward"])
+    return out
 
 
 class Prober:
@@ -103,12 +108,10 @@ class Prober:
         alias = naming.entry_name(backend)  # the function name the model writes (proposer/answers/naming.py)
         if self.probes is None:
             self.probes = self._build(evaluator, alias)
-        out: dict[str, Any] = {}
-        for probe in self.probes:
-            out[f"probe_{probe.name}{suffix}"] = reward(backend, probe, evaluator, m=self.m, group=self.group,
-                                              seed=self.seed * 1_000_003 + PROBE_SEED,
-                                              temperature=self.temperature, max_tokens=self.max_tokens,
-                                              alias=alias)
+        values = rewards(backend, self.probes, evaluator, m=self.m, group=self.group,
+                         seed=self.seed * 1_000_003 + PROBE_SEED, temperature=self.temperature,
+                         max_tokens=self.max_tokens, alias=alias)
+        out: dict[str, Any] = {f"probe_{probe.name}{suffix}": v for probe, v in zip(self.probes, values)}
         out[f"probe_seconds{suffix}"] = time.perf_counter() - start
         return out
 

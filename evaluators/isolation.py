@@ -200,6 +200,16 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
     """Called once in the worker (after ``enter_namespaces``). Never raises: each failed layer is recorded and
     skipped, and ``describe()`` says so (the pool refuses a worker that lacks what its mode promises). ``top``:
     a directory for the worker's mounts; ``box``: inside it, the candidates' writable tmpfs."""
+    iso = _setup_worker(top, box, hide, uid, python_paths, disabled, entered, box_mb, max_pids, mode)
+    if "seccomp" not in disabled:  # unix sockets only where the jail's root holds none of the host's
+        iso.seccomp = seccomp.Filter(sockets="unix" if iso.jail else "none")
+        if not iso.seccomp.ok:
+            iso.notes.append(f"seccomp: {iso.seccomp.reason}")
+    return iso
+
+
+def _setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: list[str], disabled: set[str],
+                  entered: set[str], box_mb: int, max_pids: int, mode: str) -> WorkerIsolation:
     iso = WorkerIsolation(mode)
     iso.pidns, iso.netns, iso.ipcns = "pid" in entered, "net" in entered, "ipc" in entered
     iso.userns = "user" in entered
@@ -207,10 +217,6 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
         iso.subreaper = True
     root = os.geteuid() == 0 and mode == "root"
     iso.priv = root or iso.userns
-    if "seccomp" not in disabled:
-        iso.seccomp = seccomp.Filter()
-        if not iso.seccomp.ok:
-            iso.notes.append(f"seccomp: {iso.seccomp.reason}")
     if "cgroup" not in disabled:
         iso.cgroup = cgroups.WorkerCgroup(f"{os.getpid()}-{os.urandom(4).hex()}", max_pids)
         if not iso.cgroup.ok:
@@ -305,6 +311,28 @@ def clear_ipc(iso: WorkerIsolation) -> int:
         except OSError:
             pass
     return n
+
+
+RLIMITS = {n: getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")}
+SYS_ioprio_get = {"x86_64": 252, "aarch64": 31}
+
+
+def own_state() -> dict:
+    """This process's limits, nice value, scheduling policy, CPU affinity and I/O priority: what a candidate of
+    the same uid could change in the worker were the seccomp filter not there (``seccomp.SELF_ONLY``)."""
+    out: dict = {n: resource.getrlimit(r) for n, r in RLIMITS.items()}
+    out["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    out["scheduler"] = os.sched_getscheduler(0)
+    out["affinity"] = sorted(os.sched_getaffinity(0))
+    nr = SYS_ioprio_get.get(os.uname().machine)
+    out["ioprio"] = _libc.syscall(nr, 1, 0) if nr else None  # IOPRIO_WHO_PROCESS, self
+    return out
+
+
+def changed_state(before: dict) -> str:
+    """'' when ``own_state()`` is still ``before``; else which parts changed, and how, in one line."""
+    now = own_state()
+    return "; ".join(f"{k} {before[k]} -> {now[k]}" for k in before if now.get(k) != before[k])
 
 
 class Limits:

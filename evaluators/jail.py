@@ -55,28 +55,33 @@ def _set_readonly(path: str) -> None:
         raise JailError(f"mount_setattr {path}: {os.strerror(ctypes.get_errno())}")
 
 
-def python_paths(checkout: str) -> list[str]:
-    """Directories a candidate's Python reads: the interpreter's prefixes and every import path, except those
-    inside this checkout (its packages are imported by the worker before forking; the rest of it, tests and
-    suite generators, must stay out of reach), unless they are under a prefix (a virtual environment kept in
-    the checkout is still the interpreter) or are a site-packages directory (that environment's packages used
-    from another interpreter, as an ordinary user does who cannot run a venv made from root's python)."""
-    ck = os.path.realpath(checkout)
-    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
+INSTALLED = ("site-packages", "dist-packages")  # the directories installers write distributions into
 
-    def under(p: str, d: str) -> bool:
-        return p == d or p.startswith(d.rstrip("/") + "/")
+
+def python_paths(extra: tuple[str, ...] = ()) -> list[str]:
+    """Directories a candidate's Python reads: the interpreter's prefixes (its executable's directory, the standard
+    library, a virtual environment) and the ``site-packages``/``dist-packages`` directories on ``sys.path``, which
+    hold installed distributions only. Any other import path is left out: the working directory (``python -m``
+    puts it first on ``sys.path``, so vevo started from a home would show the whole home), ``PYTHONPATH`` entries,
+    ``.pth`` targets such as another project's editable install, and this checkout (the worker imports its
+    packages before forking). ``extra``: paths a caller declares on purpose, bound as they are."""
     out: list[str] = []
-    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))] + \
-            [p for p in sys.path if p]:
+    prefixes = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+                os.path.dirname(os.path.realpath(sys.executable))]
+    installed = [p for p in sys.path if p and os.path.basename(os.path.normpath(p)) in INSTALLED]
+    for p in prefixes + installed + list(extra):
         rp = os.path.realpath(p)
-        if not os.path.isdir(rp) or rp == "/" or rp in out:
-            continue
-        installed = os.path.basename(rp) in ("site-packages", "dist-packages")  # a venv's, run by another python
-        if under(rp, ck) and not installed and not any(under(rp, x) for x in prefixes):
-            continue
-        out.append(rp)
+        if os.path.isdir(rp) and rp != "/" and rp not in out:
+            out.append(rp)
     return out
+
+
+def left_out(bound: list[str]) -> list[str]:
+    """The import paths of this process that ``python_paths`` does not bring into the candidate's view."""
+    def inside(p: str) -> bool:
+        return any(p == b or p.startswith(b.rstrip("/") + "/") for b in bound)
+    return list(dict.fromkeys(rp for rp in (os.path.realpath(p) for p in sys.path if p)
+                              if os.path.isdir(rp) and not inside(rp)))
 
 
 def _outermost(paths: list[str]) -> list[str]:

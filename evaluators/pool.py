@@ -234,7 +234,9 @@ class _Dispatch:
                 break
             self.res[self.flight[h].popleft()] = msg
             self.since[h] = time.monotonic()
-            if msg.get("retire"):  # its box could not be cleaned: it exits after this answer
+            if msg.get("retire"):  # its box could not be cleaned, or its own limits changed: it exits now
+                if msg.get("retire_reason"):
+                    self.pool.note(f"sandbox worker replaced: {msg['retire_reason']}")
                 self.fail(h, "worker retired", started=False)
                 break
             if not h.rx.poll(0):
@@ -292,7 +294,7 @@ class SandboxPool:
         self.opts = {"mode": self.plan["mode"], "hide": [str(Path(p).resolve()) for p in hide], "preload": list(preload),
                      "disable": sorted(disable), "box_parent": tempfile.gettempdir(),
                      # computed here: the worker runs with -S, so it does not know a virtual environment's prefix
-                     "python_paths": jail.python_paths(str(Path(__file__).resolve().parent.parent))}
+                     "python_paths": jail.python_paths()}
         cgroups.sweep_stale()
         sweep_stale_boxes(self.opts["box_parent"])
         self.n = max(1, int(workers))
@@ -300,8 +302,15 @@ class SandboxPool:
         self._all: list[_WorkerHandle] = []
         self._lock = threading.Lock()
         self.replaced = 0
+        self.notes: list[str] = []  # what the pool had to do about its workers, each also said on stderr
         for _ in range(self.n):
             self._add()
+
+    def note(self, line: str) -> None:
+        """A health line about the sandbox itself (a worker replaced, and why): kept, and said once on stderr."""
+        if line not in self.notes:
+            print(f"vevo: warning: {line}", file=sys.stderr, flush=True)
+        self.notes.append(line)
 
     def _add(self) -> None:
         h = _WorkerHandle(self.opts)

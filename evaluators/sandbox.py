@@ -17,7 +17,7 @@ import os
 
 from problems.errors import VevoError
 
-from . import cgroups, landlock, seccomp
+from . import cgroups, jail, landlock, seccomp
 from .forked import in_child
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -103,9 +103,19 @@ def probe(disable: frozenset[str] = frozenset()) -> dict:
     layers["seccomp"] = (False, "disabled") if "seccomp" in disable else seccomp.probe()
     layers["cgroup"] = (False, "disabled") if "cgroup" in disable else cgroup_probe()
     out = {k: {"ok": bool(ok), "reason": why} for k, (ok, why) in layers.items()}
+    out["bound"] = {"ok": True, "reason": bound_reason()}
     mode = "root" if root else "userns" if layers["userns"][0] else "landlock" if layers["landlock"][0] else "none"
     out["mode"] = {"ok": mode != "none", "reason": mode}
     return out
+
+
+def bound_reason() -> str:
+    """What a candidate's filesystem view holds besides its box (read-only), and the import paths kept out."""
+    paths = jail.python_paths()
+    libs = [d for d in jail.LIB_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    out = f"read-only: {', '.join(paths + libs + list(jail.ETC_FILES))}, /dev/{{{','.join(jail.DEVICES)}}}"
+    kept = jail.left_out(paths)
+    return out + (f"; import paths not bound: {', '.join(kept)}" if kept else "")
 
 
 def refusal(layers: dict) -> str:
@@ -127,5 +137,5 @@ def plan(disable: frozenset[str] = frozenset(), unsafe_no_sandbox: bool = False)
 def doctor_lines(report: dict) -> list[str]:
     """`vevo doctor` text: one line per layer."""
     names = {"root": "root", "userns": "user namespaces", "landlock": "Landlock", "seccomp": "seccomp filter",
-             "cgroup": "cgroup limits", "mode": "candidates run under"}
+             "cgroup": "cgroup limits", "bound": "candidates see", "mode": "candidates run under"}
     return [f"{names.get(k, k):22} {'yes' if v['ok'] else 'no ':4} {v['reason']}" for k, v in report.items()]

@@ -35,7 +35,7 @@ class Worker:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         own = [os.path.join(root, d) for d in ("problems/suites", "problems/importers", "tests", "runs", ".git")]
         disabled = set(opts.get("disable", []))
-        paths = list(opts.get("python_paths") or jail.python_paths(root))
+        paths = list(opts.get("python_paths") or jail.python_paths())
         self.iso = isolation.setup_worker(self.top, self.box, list(opts.get("hide", [])) + own, self.uid, paths,
                                           disabled, entered, mode=opts.get("mode", "root"))
         self.iso.notes[:0] = notes
@@ -59,6 +59,7 @@ class Worker:
         self.mounts: list[str] = []  # read-only binds of a problem's large data files, undone after each candidate
         os.environ.update(HOME=self.workdir, TMPDIR=self.workdir,  # the rest was set clean by the pool
                           PATH=self.iso.bin + os.pathsep + os.environ.get("PATH", ""))
+        self.state = isolation.own_state()  # a candidate that changes it retires this worker
         gc.collect()
         gc.freeze()  # forked candidates' collections skip the worker's objects: fewer copy-on-write page faults
 
@@ -136,6 +137,10 @@ class Worker:
             isolation.clear_ipc(self.iso)
         if cg is not None and res.get("signal") == signal.SIGKILL and cg.oom_kills() > ooms:
             res["oom_kill"] = True
+        changed = isolation.changed_state(self.state)
+        if changed:  # another process changed this worker's limits or priority: the next candidate would pay
+            self.retire = True
+            res["retire_reason"] = f"its own limits or priority changed while a candidate ran: {changed}"
         if self.retire:
             res["retire"] = True
         res["wall"] = round(time.monotonic() - t0, 6)

@@ -75,3 +75,41 @@ def sandbox_processes(ignore: frozenset[int] | set[int] = frozenset()) -> list[t
             if uid in SANDBOX_UIDS and uid not in ignore:
                 out.append((int(d), uid))
     return out
+
+
+def snooper(paths: list[str], solve: str = "solve(xs)", answer: str = "sum(x * x for x in xs)") -> str:
+    """A candidate that reads each path, lists its directory and connects to it as a unix socket (the C socket, past
+    any Python-level block), by absolute path, and says what it got on stderr (``FOUND [...]``). It answers
+    ``answer`` only when it got nothing: a contained snoop passes, a leak is a wrong answer (a crash is neither)."""
+    return ("import os, _socket\nfound = []\n"
+            f"for p in {list(paths)!r}:\n"
+            "    try:\n        found.append((p, open(p).read()[:80]))\n    except OSError:\n        pass\n"
+            "    try:\n        found.append((os.path.dirname(p), sorted(os.listdir(os.path.dirname(p)))))\n"
+            "    except OSError:\n        pass\n"
+            "    try:  # the C socket: no Python-level block in the way\n"
+            "        _socket.socket(_socket.AF_UNIX).connect(p)\n        found.append((p, 'connected'))\n"
+            "    except OSError:\n        pass\n"
+            "os.write(2, ('FOUND %r' % found).encode())\n"
+            f"def {solve}:\n    return {answer} if not found else -1\n")
+
+
+def meddler(targets: str, cpu: bool = True) -> str:
+    """A candidate that, for each pid of the expression ``targets``, lowers RLIMIT_NOFILE to 4 (and with ``cpu``
+    RLIMIT_CPU to 1 s), renices it to 19, idle-schedules it and gives it idle I/O priority; then renices every
+    process of its uid (PRIO_USER). Stderr says ``HIT [...]``, the calls that worked; it answers right only when
+    none did (a contained meddler passes)."""
+    return ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "class RL(ctypes.Structure):\n    _fields_ = [('cur', ctypes.c_uint64), ('max', ctypes.c_uint64)]\n"
+            "class SP(ctypes.Structure):\n    _fields_ = [('prio', ctypes.c_int)]\n"
+            "ioprio_set = 251 if os.uname().machine == 'x86_64' else 30\nhit = []\n"
+            f"for pid in {targets}:\n"
+            "    if pid <= 0 or pid == os.getpid():\n        continue\n"
+            "    calls = {'nofile': lambda: libc.prlimit(pid, 7, ctypes.byref(RL(4, 4)), None),\n"
+            + ("             'cpu': lambda: libc.prlimit(pid, 0, ctypes.byref(RL(1, 1)), None),\n" if cpu else "")
+            + "             'nice': lambda: libc.setpriority(0, pid, 19),\n"
+            "             'idle': lambda: libc.sched_setscheduler(pid, 5, ctypes.byref(SP(0))),\n"
+            "             'ioprio': lambda: libc.syscall(ioprio_set, 1, pid, 3 << 13)}\n"
+            "    for name, call in calls.items():\n        if call() == 0:\n            hit.append((name, pid))\n"
+            "if libc.setpriority(2, 0, 19) == 0:\n    hit.append(('prio_user', 0))\n"
+            "os.write(2, ('HIT %r' % hit[:20]).encode())\n"
+            "def solve(xs):\n    return sum(x * x for x in xs) if not hit else -1\n")

@@ -22,7 +22,7 @@ def deny(what: list[str]) -> None:
     if "landlock" in what:
         extra.update({n: seccomp.ENOSYS for n in ("landlock_create_ruleset", "landlock_add_rule",
                                                    "landlock_restrict_self")})
-    f = seccomp.Filter(denied=("unshare",) if "unshare" in what else (), extra=extra)
+    f = seccomp.Filter(denied=("unshare",) if "unshare" in what else (), extra=extra, self_only=False, sockets=None)
     err = f.load()
     if err:
         raise SystemExit(f"driver: {err}")
@@ -56,7 +56,7 @@ def suite(spec_path: str) -> None:
                                     "stderr": str(ev.artifacts.get("stderr", ""))[-1500:],
                                     "error": str(ev.artifacts.get("error", ""))[-300:],
                                     "metrics": ev.artifacts.get("metrics")}
-        out["replaced"] = pool.replaced
+        out["replaced"], out["notes"] = pool.replaced, pool.notes
     print(json.dumps(out))
 
 

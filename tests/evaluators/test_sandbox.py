@@ -363,7 +363,7 @@ def test_problem_folders_datasets_and_the_checkout_are_not_in_the_candidates_roo
     from evaluators.jail import python_paths
 
     # /tmp holds the box, and the way down to the interpreter when it lives under /tmp (a clone's .venv there)
-    tmp_ok = {p.split("/")[2] for p in python_paths(here) if p.startswith("/tmp/")}
+    tmp_ok = {p.split("/")[2] for p in python_paths() if p.startswith("/tmp/")}
     probes = [str(prob_dir / "problem.toml"), str(SHARED / "data"), os.path.join(here, "tests"),
               os.path.join(here, "problems", "suites"), os.path.join(here, "runs"), "/run", "/home", "/var",
               "/etc/passwd", "/root/.bashrc", os.path.join(here, ".git")]
@@ -385,7 +385,7 @@ def test_problem_folders_datasets_and_the_checkout_are_not_in_the_candidates_roo
     top = eval(ev.artifacts["stderr"])[1]  # noqa: S307 - our own repr of two lists of str
     # the system dirs, plus the first component of each interpreter path the jail binds (the checkout may sit
     # anywhere: /work/main here, /check/work/main in CI)
-    bound = {p.split("/")[1] for p in python_paths(here)}
+    bound = {p.split("/")[1] for p in python_paths()}
     assert set(top) <= {"dev", "proc", "etc", "lib", "lib64", "lib32", "usr", "tmp"} | bound, (top, bound)
 
 
@@ -677,3 +677,44 @@ def test_stale_box_dirs_of_dead_workers_are_swept(tmp_path):
     assert sweep_stale_boxes(str(tmp_path)) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"vevo-box-{os.getpid()}-bb", f"vevo-box-{dead}-cc",
                                                                  "other"])
+
+
+@root_only
+def test_the_start_directory_and_pythonpath_are_not_in_the_candidates_view(tmp_path):
+    """Issue 34: `python -m evolve.cli` puts its working directory first on ``sys.path``, and the jail used to bind
+    every import path: started from a home, a candidate read its ``.netrc``, listed it and reached a unix socket
+    bound there. Now only the interpreter's prefixes and the installed-distribution directories are bound: the
+    start directory and a ``PYTHONPATH`` entry (world-readable, so only the view can keep them out) stay unseen."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.sandbox_helpers import snooper
+
+    home, lib, probs = tmp_path / "home", tmp_path / "lib", tmp_path / "probs"
+    for d in (home, lib, probs):
+        d.mkdir()
+    (home / ".netrc").write_text("machine example.com login me password sk-home-1\n")
+    (lib / "secret.txt").write_text("sk-lib-2\n")
+    for p in (tmp_path, home, lib):
+        p.chmod(0o755)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(home / "host.sock"))
+    os.chmod(home / "host.sock", 0o777)
+    sock.listen()
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{lib}")
+    vevo = [sys.executable, "-m", "evolve.cli"]
+    subprocess.run(vevo + ["problems", "new", "sq", "--kind", "io", "--dir", str(probs)], check=True,
+                   capture_output=True, cwd=str(home), env=env)
+    prog = tmp_path / "snoop.py"
+    prog.write_text(snooper([str(home / ".netrc"), str(lib / "secret.txt"), str(home / "host.sock")]))
+    try:
+        r = subprocess.run(vevo + ["eval-program", str(probs / "sq"), str(prog), "--json"], capture_output=True,
+                           text=True, cwd=str(home), env=env, timeout=120)
+        doctor = subprocess.run(vevo + ["doctor", "--json"], capture_output=True, text=True, cwd=str(home), env=env)
+    finally:
+        sock.close()
+    ev = json.loads(r.stdout)
+    assert ev["solved"] and "FOUND []" in ev["artifacts"]["stderr"], (r.stdout, r.stderr)
+    bound = json.loads(doctor.stdout)["bound"]["reason"]
+    assert str(home) not in bound.split("; import paths not bound")[0] and str(lib) in bound.split("not bound: ")[1]

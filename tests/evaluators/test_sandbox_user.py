@@ -335,6 +335,98 @@ def test_eval_program_and_doctor_as_an_ordinary_user_say_what_runs(user, shared_
     _kill_all(u.pw_uid)
 
 
+@pytest.mark.parametrize("mode", ["userns", "landlock"])
+def test_started_from_the_home_no_candidate_sees_the_home(user, shared_dir, mode):
+    """Issue 34: ``python -m evolve.cli`` started from the home puts the home first on ``sys.path``; the jail (and
+    the Landlock rules) used to bind every import path, so a candidate read ``~/.netrc`` by its absolute path.
+    Landlock mode is forced the way a locked-down host forces it: the kernel refuses ``unshare``."""
+    import socket
+
+    from tests.sandbox_helpers import snooper
+
+    u, py = user
+    if mode == "userns" and not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    if mode == "landlock" and not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+    home = Path(u.pw_dir)
+    folder = _problem(shared_dir)
+    sock_path = home / "agent.sock"
+    sock_path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(sock_path))
+    os.chown(sock_path, u.pw_uid, u.pw_gid)
+    sock.listen()
+    prog = shared_dir / "snoop.py"
+    prog.write_text(snooper([str(home / ".netrc"), str(home / ".ssh" / "id_ed25519"), str(sock_path)]))
+    prog.chmod(0o644)
+    argv = [py, str(DRIVER)] + (["--deny", "unshare"] if mode == "landlock" else []) + \
+        ["exec", "eval-program", str(folder), str(prog), "--json"]
+    try:
+        r = subprocess.run(au.argv_as(u, argv), capture_output=True, text=True, cwd=str(home), timeout=120)
+        doctor = subprocess.run(au.argv_as(u, [py, "-m", "evolve.cli", "doctor", "--json"]), capture_output=True,
+                                text=True, cwd=str(home), timeout=120)
+    finally:
+        sock.close()
+        sock_path.unlink(missing_ok=True)
+        _kill_all(u.pw_uid)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ev = json.loads(r.stdout)
+    assert ev["solved"] and "FOUND []" in ev["artifacts"]["stderr"], ev["artifacts"]
+    assert SECRET not in r.stdout
+    bound = json.loads(doctor.stdout)["bound"]["reason"]
+    assert str(home) not in bound.split("; import paths not bound")[0] and str(home) in bound, bound
+
+
+def _sched_of(pid: int) -> tuple[str, str]:
+    """(nice value, RLIMIT_NOFILE and RLIMIT_CPU lines) of a process, read from /proc as root."""
+    stat = open(f"/proc/{pid}/stat").read()
+    nice = stat[stat.rfind(")") + 2:].split()[16]
+    limits = [x for x in open(f"/proc/{pid}/limits").read().splitlines() if "open files" in x or "cpu time" in x]
+    return nice, "\n".join(limits)
+
+
+@pytest.mark.parametrize("mode", ["userns", "landlock"])
+def test_a_candidate_cannot_change_limits_or_priority_of_another_process(user, shared_dir, mode):
+    """Issue 34: without root a candidate shares its uid with the worker, the orchestrator and the user's other
+    programs, and the kernel let it lower their limits and renice them: the next, correct candidate on that worker
+    died of "Too many open files". The seccomp filter keeps those calls to the candidate itself: a meddler aimed at
+    every pid gets EPERM, the next candidate passes on the same worker, and a bystander is untouched. With the filter
+    left off, the worker notices its own changed limits, retires and is replaced, and the pool says so."""
+    from tests.sandbox_helpers import meddler
+
+    u, py = user
+    if mode == "userns" and not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    if mode == "landlock" and not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+    folder = _problem(shared_dir)
+    honest = "def solve(xs):\n    return sum(x * x for x in xs)\n"
+    force = ("userns",) if mode == "landlock" else ()
+    bystander = _bystander(u)
+    try:
+        sleeper = _sleeper_pid(u, bystander)
+        before = _sched_of(sleeper)
+        everyone = f"[os.getppid(), {sleeper}] + list(range(1, 1 << 15))"
+        out = _run_suite(u, py, shared_dir, folder, disable=force,
+                         programs=[["meddler", meddler(everyone)], ["honest", honest]])
+        assert out["plan"]["mode"] == mode, out["plan"]
+        assert out["results"]["meddler"]["solved"] and "HIT []" in out["results"]["meddler"]["stderr"], out
+        assert out["results"]["honest"]["solved"] and out["replaced"] == 0 and out["notes"] == [], out
+        assert _sched_of(sleeper) == before and bystander.poll() is None
+
+        out = _run_suite(u, py, shared_dir, folder, disable=force + ("seccomp",),
+                         programs=[["meddler", meddler("[os.getppid()]", cpu=False)], ["honest", honest],
+                                   ["honest_again", honest]])
+        assert "('nofile'" in out["results"]["meddler"]["stderr"], out["results"]["meddler"]
+        assert out["results"]["honest"]["solved"] and out["results"]["honest_again"]["solved"], out["results"]
+        assert out["replaced"] == 1 and len(out["notes"]) == 1, out
+        assert "limits or priority changed" in out["notes"][0] and "RLIMIT_NOFILE" in out["notes"][0], out["notes"]
+    finally:
+        bystander.kill()
+        _kill_all(u.pw_uid)
+
+
 def test_killing_the_orchestrator_mid_evaluation_leaves_no_process_of_the_user(user, shared_dir):
     """kill -9 of an ordinary user's orchestrator while a candidate runs (with a double-forked daemon of its
     own): the launcher, the worker, the candidate and the daemon all go (user namespace: the PID namespace dies

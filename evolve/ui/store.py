@@ -11,7 +11,6 @@ import json
 import math
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

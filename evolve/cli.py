@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from problems.errors import VevoError
+from problems.values import machine
 
 
 class UserError(VevoError):
@@ -124,7 +125,7 @@ def cmd_problems_check(args) -> int:
                 if ref is not None and not ref["solved"]:
                     bad_ref += 1
                 if args.json:
-                    print(json.dumps(res), flush=True)
+                    print(json.dumps(machine(res)), flush=True)
                 else:
                     seed = res["seed"]
                     line = f"{printable(p.id, False)}: seed {printable(seed['status'], False)} {seed['scalar']:.3f}"
@@ -207,7 +208,7 @@ def cmd_eval_program(args) -> int:
         ev = pool.evaluate(p, code, time_limit=args.timeout)
         iso = pool.isolation
     if args.json:
-        print(json.dumps(ev.to_dict()))
+        print(json.dumps(machine(ev.to_dict())))
     else:
         print(f"{printable(p.id, False)}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
         print("vector: " + " ".join(f"{v:.2f}" for v in ev.vector))
@@ -364,15 +365,47 @@ def _open_run(run_dir: str):
 
 
 def cmd_runs_show(args) -> int:
-    from .campaign import summarize
-    from .compute import account, describe
-    from .probe import learning
+    from .arms import expand, seed_runs
 
     if args.program is not None:
+        if not (Path(args.run_dir) / "archive.db").is_file() and seed_runs(args.run_dir):
+            raise UserError(f"{args.run_dir}: a seeds folder; --program needs one seed's run (e.g. "
+                            f"{Path(args.run_dir) / 'seed-0'})")
         return _show_program(args)
-    from .portfolio_stats import member_stats
+    runs = expand(args.run_dir)  # a run folder, or each seed of a seeds folder
+    if runs == [Path(args.run_dir)]:
+        s = _run_summary(args.run_dir)
+        print(json.dumps(s)) if args.json else _print_run(Path(args.run_dir), s, getattr(args, "code", False))
+        return 0
+    from collections import Counter
 
-    with _open_run(args.run_dir) as a:
+    from .arms import SEED_DIR
+    from .curves import ci95
+
+    seeds = [dict(seed=int(SEED_DIR.fullmatch(r.name).group(1)), run_dir=str(r), **_run_summary(r)) for r in runs]
+    mean, half = ci95([x["solved"] for x in seeds])
+    if args.json:
+        print(json.dumps({"seeds": seeds, "solved_mean": mean, "solved_ci95": half}))
+        return 0
+    for x in seeds:
+        print(f"== seed {x['seed']}")
+        _print_run(Path(x["run_dir"]), x, getattr(args, "code", False))
+    states = ", ".join(f"{n} {k}" for k, n in sorted(Counter(x["status"] for x in seeds).items()))
+    print(f"{_count(len(seeds), 'seed')} in {args.run_dir} ({states}): solved {mean:.3g} ± {half:.3g} (mean, 95% CI "
+          f"half-width) of {seeds[0]['problems']} problems")
+    return 0
+
+
+def _run_summary(run_dir) -> dict:
+    """`vevo runs show`'s summary of one run folder, with its status (evolve/liveness.py)."""
+    from . import liveness
+    from .campaign import summarize
+    from .compute import account
+    from .config_legacy import upgrade
+    from .portfolio_stats import member_stats
+    from .probe import learning
+
+    with _open_run(str(run_dir)) as a:
         s = summarize(a)
         rows = a.training_rows()
         s["training_steps"] = len(rows)
@@ -380,31 +413,48 @@ def cmd_runs_show(args) -> int:
         s["isolation"] = json.loads(a.get_meta("isolation", "null") or "null")
         s["proposers"] = member_stats(a)
         s["compute"] = account(a.metrics_rows(), rows)
-    if args.json:
-        print(json.dumps(s))
-    else:
-        _print_summary(Path(args.run_dir), s)
-        if s["isolation"]:
-            print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
-        print(describe(s["compute"]))
-        for pid, it in sorted(s["solved_problems"].items()):
-            print(f"  solved {printable(pid, False)} at iteration {it}")
-        probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
-        if probes:  # fixed problems and seed: differences between probes are the policy's, not the batches'
-            fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-            print("probe reward (own / held-out) by policy version: " + ", ".join(
-                f"v{r['step']} {fmt(r['probe_own'])} / {fmt(r['probe_heldout'])}" for r in probes))
-        for name, m in s["proposers"].items():
-            print(f"  proposer {printable(name, False)}: {m['iterations']} iterations, {m['programs']} programs, "
-                  f"{m['improvements']} improvements ({m['improvement_rate']:.2f}/100 proposals), "
-                  f"solved first {m['solved_first']}, {m['tokens']} tokens, {m['gen_seconds']:.1f}s generating")
-    if getattr(args, "code", False):
-        with _open_run(args.run_dir) as a:
+        budget = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {}).get("iterations")
+    s["budget"] = budget
+    finished = (budget is not None and s["iterations"] >= int(budget)) or bool(s["problems"]) and \
+        s["solved"] >= s["problems"]
+    s["status"] = liveness.run_status(run_dir, finished)
+    return s
+
+
+_STATUS_WORDS = {
+    "running": "running (its process is alive)",
+    "crashed": "crashed: interrupted without a clean stop (kill -9, out of memory, power loss; running.json is "
+               "left behind and its process is gone); `vevo resume {d}` continues it",
+    "stopped": "stopped at iteration {it} of {budget} (Ctrl-C or an error); `vevo resume {d}` continues it",
+    "finished": "finished",
+}
+
+
+def _print_run(run_dir: Path, s: dict, code: bool = False) -> None:
+    from .compute import describe
+
+    _print_summary(run_dir, s)
+    print("status: " + _STATUS_WORDS[s["status"]].format(d=run_dir, it=s["iterations"], budget=s["budget"]))
+    if s["isolation"]:
+        print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
+    print(describe(s["compute"]))
+    for pid, it in sorted(s["solved_problems"].items()):
+        print(f"  solved {printable(pid, False)} at iteration {it}")
+    probes = [r for r in s["learning"] if r["probe_own"] is not None or r["probe_heldout"] is not None]
+    if probes:  # fixed problems and seed: differences between probes are the policy's, not the batches'
+        fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        print("probe reward (own / held-out) by policy version: " + ", ".join(
+            f"v{r['step']} {fmt(r['probe_own'])} / {fmt(r['probe_heldout'])}" for r in probes))
+    for name, m in s["proposers"].items():
+        print(f"  proposer {printable(name, False)}: {m['iterations']} iterations, {m['programs']} programs, "
+              f"{m['improvements']} improvements ({m['improvement_rate']:.2f}/100 proposals), "
+              f"solved first {m['solved_first']}, {m['tokens']} tokens, {m['gen_seconds']:.1f}s generating")
+    if code:
+        with _open_run(str(run_dir)) as a:
             for pid, b in sorted(s["best"].items()):
                 row = a.program(b["program_id"])
                 print(f"# ---- best program of {printable(pid, False)} (scalar {b['scalar']:.6g})")
                 print(printable(row.code if row else "", True))
-    return 0
 
 
 def _show_program(args) -> int:
@@ -421,11 +471,16 @@ def _show_program(args) -> int:
 def cmd_export(args) -> int:
     import csv
 
-    with _open_run(args.run_dir) as a:
-        rows = a.export_rows(detail=True)
+    from .arms import expand, run_seed
+
+    rows = []
+    for run in expand(args.run_dir):  # a seeds folder: every seed's programs in one file
+        seed = run_seed(run)
+        with _open_run(str(run)) as a:
+            rows += [{"seed": seed, **r} for r in a.export_rows(detail=True)]
     for r in rows:
-        r["vector"] = json.dumps(r["vector"])
-    cols = ["problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash", "proposer"]
+        r["scalar"], r["vector"] = machine(r["scalar"]), json.dumps(machine(r["vector"]))
+    cols = ["seed", "problem", "island", "iteration", "status", "scalar", "solved", "vector", "code_hash", "proposer"]
     cols += ["id", "parent_id", "code", "error"]  # what people read: the program, its parent, why it failed
     if args.format == "csv":
         with open(args.out, "w", newline="", encoding="utf-8") as f:

@@ -5,8 +5,10 @@ iterations again, so a resumed run warns exactly as the uninterrupted one), `Hea
 warnings, one line each:
 
 * **same failure**: of the last ``window`` evaluated candidates (at least ``min_candidates``), a share
-  >= ``failure_share`` failed with the same status and message (e.g. every answer calls a function the problem does not
-  define); the line names the status, the message and the share. Once per (status, message).
+  >= ``failure_share`` failed with the same cause (`failure_cause`: the exception type and its message with the
+  failing test case cut off and numbers blurred, so one exception counts once across test cases and problems),
+  or else raised the same exception type with varying messages; the line names the cause, the share and one
+  full error. Once per cause.
 * **duplicates**: of the last ``answer_window`` answers (at least ``min_answers``), a share >= ``share`` repeated
   a program already evaluated (the proposer has stopped exploring).
 * **unusable**: the same share of answers were empty, unparseable or could not be applied to their parent; the
@@ -17,6 +19,7 @@ Pure: no I/O, no clock; the same observations give the same warnings.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -49,6 +52,23 @@ def observation(iteration: int, metrics: dict, m: int, programs: list[Outcome]) 
                        duplicates=int(metrics.get("duplicates", 0)), programs=tuple(programs))
 
 
+# an exception's name where an error line names one: "f(25) == 226: ValueError: broken" -> ValueError, broken
+_EXCEPTION = re.compile(r"(?:^|: )((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|"
+                        r"StopIteration|StopAsyncIteration))(?:: (.*))?$")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def failure_cause(status: str, error: str) -> tuple[str, str]:
+    """Pure: (kind, message) of a failed candidate: kind is the exception type its error names, message that
+    exception's message with numbers blurred to N, so `f(25) == 226: ValueError: bad 25` and
+    `g([1]) == 3: ValueError: bad 1` are one cause; an error naming no exception (a timeout, a wrong value) is
+    (status, the whole error)."""
+    m = _EXCEPTION.search(error)
+    if m:
+        return m.group(1), _NUMBER.sub("N", m.group(2) or "")
+    return status, error
+
+
 def _short(text: str) -> str:
     return text if len(text) <= _MSG_CHARS else text[: _MSG_CHARS - 3] + "..."
 
@@ -62,12 +82,13 @@ class Health:
     share: float = 0.8          # of answers: duplicates, unusable
     failure_share: float = 0.6  # of candidates: the same (status, message); "most", yet rare in a run that moves
     stall: int = 50
-    _failures: deque = field(default_factory=deque)     # (status, message) of recent candidates; None = passed
+    _failures: deque = field(default_factory=deque)     # failure_cause of recent candidates; None = passed
     _answers: deque = field(default_factory=deque)      # "dup" | "bad" | "new" per recent answer slot
     _bad_reasons: deque = field(default_factory=deque)  # messages of recent unusable answers
     _best: dict = field(default_factory=dict)
     _last_gain: int = 0
     _said: set = field(default_factory=set)
+    _example: dict = field(default_factory=dict)        # failure_cause -> (status, the first full error seen)
 
     def observe(self, obs: Observation) -> list[str]:
         """The warnings this iteration raises for the first time (without the ``warning: `` prefix)."""
@@ -87,7 +108,10 @@ class Health:
                 gained |= old is not None
                 self._best[p.problem] = p.scalar
             failed = p.status != "ok" and (p.error or p.status != "wrong")  # a plain wrong answer is search
-            self._failures.append((p.status, p.error) if failed else None)
+            cause = failure_cause(p.status, p.error) if failed else None
+            if cause is not None:
+                self._example.setdefault(cause, (p.status, p.error))
+            self._failures.append(cause)
         if gained:
             self._last_gain = obs.iteration
         candidates = sum(p.status != "format_error" for p in obs.programs)
@@ -110,13 +134,34 @@ class Health:
         n = len(self._failures)
         if n < self.min_candidates:
             return []
-        top = Counter(k for k in self._failures if k is not None).most_common(1)
-        if not top or top[0][1] < self.failure_share * n or ("failure",) + top[0][0] in self._said:
-            return []
-        (status, message), count = top[0]
-        self._said.add(("failure", status, message))
-        why = f"{status}: {_short(message)}" if message else status
-        return [f"{count / n:.0%} of the last {n} candidates failed the same way: {why}"]
+        causes = Counter(k for k in self._failures if k is not None)
+        top = causes.most_common(1)
+        if top and top[0][1] >= self.failure_share * n and ("failure",) + top[0][0] not in self._said and \
+                ("raised", top[0][0][0]) not in self._said:
+            (kind, message), count = top[0]
+            self._said |= {("failure", kind, message), ("raised", kind)}
+            status, example = self._example[(kind, message)]
+            m = _EXCEPTION.search(example)
+            if m is None:  # no exception named: the error line itself is the cause
+                why = f"{status}: {_short(example)}" if example else status
+            else:
+                where = example[:m.start(1)].rstrip(": ")
+                why = _short(example[m.start(1):]) + (f" ({status}, e.g. at {_short(where)})" if where else
+                                                      f" ({status})")
+            return [f"{count / n:.0%} of the last {n} candidates failed the same way: {why}"]
+        kinds = Counter()
+        for (kind, _message), count in causes.items():
+            if _EXCEPTION.fullmatch(kind):
+                kinds[kind] += count
+        top = kinds.most_common(1)
+        if top and top[0][1] >= self.failure_share * n and ("raised", top[0][0]) not in self._said:
+            kind, count = top[0]
+            self._said.add(("raised", kind))
+            messages = Counter({c: k for c, k in causes.items() if c[0] == kind})
+            status, example = self._example[messages.most_common(1)[0][0]]
+            return [f"{count / n:.0%} of the last {n} candidates raised {kind}, with {len(messages)} different "
+                    f"messages (most often, {status}: {_short(example)})"]
+        return []
 
     def _answer_shares(self) -> list[str]:
         n = len(self._answers)

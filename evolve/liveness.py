@@ -1,7 +1,7 @@
 """Whether a campaign is running right now, known exactly on its own machine: while `Campaign.run` runs, the run
 folder holds `running.json` (pid, host, start time), written as the loop starts and removed when it ends for any
 reason the process sees (done, Ctrl-C, an error). A file left behind whose process is gone means the process
-was killed (kill -9, out of memory, power loss). `vevo ui` reads it for a run's status.
+was killed (kill -9, out of memory, power loss). `vevo ui` and `vevo runs show` read it for a run's status.
 """
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from typing import Iterator, Literal
 
 NAME = "running.json"
 State = Literal["running", "killed", "elsewhere", "absent"]
+Status = Literal["running", "crashed", "finished", "stopped"]
+# a run held by another host that has not committed for this long is reported as crashed
+IDLE_SECONDS = 120.0
 
 
 @contextmanager
@@ -82,3 +85,22 @@ def state(run_dir: str | Path) -> State:
         return "elsewhere"
     started = d.get("started")
     return "running" if alive(d["pid"], started if isinstance(started, (int, float)) else None) else "killed"
+
+
+def run_status(run_dir: str | Path, finished: bool) -> Status:
+    """A run's status as `vevo ui` and `vevo runs show` say it: running (its process is alive), crashed (the file
+    is left but the process is gone: killed), finished (`finished`: its iteration budget is spent or every problem
+    solved), stopped (ended short of that: Ctrl-C, an error). A run held by another host is judged by its last
+    write to the archive: running if within IDLE_SECONDS, else crashed."""
+    live = state(run_dir)
+    if live == "running":
+        return "running"
+    if live == "killed":
+        return "crashed"
+    if finished:
+        return "finished"
+    if live == "elsewhere":
+        db = Path(run_dir) / "archive.db"
+        newest = max((p.stat().st_mtime for p in (db, Path(f"{db}-wal")) if p.exists()), default=0.0)
+        return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
+    return "stopped"

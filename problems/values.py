@@ -240,3 +240,17 @@ def values_equal(got: Any, expected: Any, rel_tol: float = 1e-9, abs_tol: float 
 def cmath_close(a: complex, b: complex, rel_tol: float, abs_tol: float) -> bool:
     return math.isclose(a.real, b.real, rel_tol=rel_tol, abs_tol=abs_tol) and \
         math.isclose(a.imag, b.imag, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def machine(value: Any, digits: int = 12) -> Any:
+    """A JSON-able structure with every finite float rounded to `digits` significant digits, for what vevo
+    writes for machines (`check --json`, `eval-program --json`, `vevo export`): 0.1 + 0.2 is written 0.3, not
+    0.30000000000000004; the archive keeps the exact values."""
+    t = type(value)
+    if t is float:
+        return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+    if t is list or t is tuple:
+        return [machine(v, digits) for v in value]
+    if t is dict:
+        return {k: machine(v, digits) for k, v in value.items()}
+    return value

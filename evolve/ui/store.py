@@ -11,7 +11,6 @@ import json
 import math
 import sqlite3
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow
 from ..config_legacy import upgrade
 from ..portfolio_stats import member_stats
 
-# a run held by another host that has not committed for this long is reported as crashed
-IDLE_SECONDS = 120.0
+IDLE_SECONDS = liveness.IDLE_SECONDS
 TOP_PROGRAMS = 20  # rows of a problem's heatmap
 LINEAGE_PAGE = 400  # nodes of one lineage page
 CURVE_POINTS = 600  # points a curve is thinned to
@@ -133,23 +131,12 @@ class RunStore:
                 "version": self.version()}
 
     def status(self, last_it: int | None, solved: int, n_problems: int) -> str:
-        """From the run folder's running.json (evolve/liveness.py), exact on the run's own machine: running (its
-        process is alive), crashed (the file is left but the process is gone: killed), finished (its iteration
-        budget is spent or every problem solved), stopped (ended short of that: Ctrl-C, an error). A run held
-        by another host is judged by its last write: running if within IDLE_SECONDS, else crashed."""
-        live = liveness.state(self.dir)
-        if live == "running":
-            return "running"
-        if live == "killed":
-            return "crashed"
+        """running, crashed, finished or stopped: `liveness.run_status`, finished when the iteration budget is
+        spent or every problem solved."""
         budget = self.meta()["config"].get("search", {}).get("iterations")
-        if (budget is not None and last_it is not None and last_it >= int(budget)) or \
-                (n_problems and solved >= n_problems):
-            return "finished"
-        if live == "elsewhere":
-            newest = max((p.stat().st_mtime for p in (self.db, Path(f"{self.db}-wal")) if p.exists()), default=0.0)
-            return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
-        return "stopped"
+        finished = (budget is not None and last_it is not None and last_it >= int(budget)) or \
+            bool(n_problems and solved >= n_problems)
+        return liveness.run_status(self.dir, finished)
 
     # ------------------------------------------------------------------ curves
     def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:

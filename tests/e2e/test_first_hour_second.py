@@ -1,0 +1,94 @@
+"""The first hour, second pass (issue 36): every command takes a seeds folder, nothing dropped silently, the
+cause of a failure said where it is seen, and machine output without float noise. One test per item."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evolve import liveness
+from proposer.answers.parsing import format_answers
+from tests.campaign_helpers import ROOT, interruptible, last_iteration, tail, vevo
+
+SQUARES = "def solve(xs):\n    return sum(x * x for x in xs)\n"
+DIVIDES = "def solve(xs):\n    return 1 // 0\n"
+CLOSE = "def solve(xs):\n    return sum(xs)\n"
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory):
+    """Two seeds of a replay campaign on a scaffolded problem: D/seed-0 and D/seed-1."""
+    d = tmp_path_factory.mktemp("fh2")
+    vevo("problems", "new", "mine", "--kind", "io", "--dir", str(d / "probs"))
+    (d / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([DIVIDES, CLOSE, SQUARES]))}) + "\n")
+    vevo("run", "--problems-dir", str(d / "probs"), "--proposer", f"replay:{d / 'r.jsonl'}", "--answers", "3",
+         "--group", "1", "--iterations", "2", "--seeds", "0-1", "--out", str(d / "runs"), "--quiet")
+    return d
+
+
+def test_1_export_and_runs_show_take_a_seeds_folder(seeds):
+    out = vevo("export", str(seeds / "runs"), "--out", str(seeds / "all.csv")).stdout
+    with open(seeds / "all.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert out.strip() == f"exported {len(rows)} programs to {seeds / 'all.csv'}"
+    assert {r["seed"] for r in rows} == {"0", "1"} and len(rows) == 8  # 4 programs per seed, each seed's own
+    one = vevo("runs", "show", str(seeds / "runs")).stdout
+    assert one.count("== seed ") == 2 and "== seed 0\nrun " in one and "== seed 1\nrun " in one
+    assert one.count("status: finished") == 2
+    assert "2 seeds in " in one and "(2 finished): solved 1 ± 0 (mean, 95% CI half-width) of 1 problems" in one
+    shown = json.loads(vevo("runs", "show", str(seeds / "runs"), "--json").stdout)
+    assert [s["seed"] for s in shown["seeds"]] == [0, 1] and shown["solved_mean"] == 1.0
+    r = vevo("runs", "show", str(seeds / "runs"), "--program", "1", check=False)
+    assert r.returncode == 2 and "a seeds folder; --program needs one seed's run" in r.stderr
+    r = vevo("export", str(seeds / "probs"), "--out", str(seeds / "x.csv"), check=False)
+    assert r.returncode == 2 and "not a run directory" in r.stderr and not (seeds / "x.csv").exists()
+
+
+def test_9_runs_show_says_a_killed_run_crashed(seeds, tmp_path):
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--problems-dir", str(seeds / "probs"),
+                          "--proposer", f"replay:{seeds / 'r.jsonl'}", "--answers", "1", "--group", "1",
+                          "--iterations", "100000", "--out", str(run), "--quiet"], cwd=str(ROOT),
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=interruptible)
+    deadline = time.time() + 180
+    while not (last_iteration(run) > 0 and (liveness.read(run) or {}).get("pid") == p.pid):
+        assert p.poll() is None, p.stderr.read()[-2000:]
+        assert time.time() < deadline, "the campaign never started its loop"
+        time.sleep(0.05)
+    assert "status: running" in vevo("runs", "show", str(run)).stdout
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    out = vevo("runs", "show", str(run)).stdout
+    assert "status: crashed: interrupted without a clean stop (kill -9" in out and f"vevo resume {run}" in out
+    assert json.loads(vevo("runs", "show", str(run), "--json").stdout)["status"] == "crashed"
+    os.remove(run / liveness.NAME)  # as a clean stop leaves it: short of its budget
+    assert "status: stopped at iteration" in vevo("runs", "show", str(run)).stdout
+
+
+def test_10_machine_output_has_no_float_noise(tmp_path):
+    """Weights 0.1/0.2/0.7 and a seed passing the first two cases: its scalar is 0.1 + 0.2 =
+    0.30000000000000004 in floats; `problems check --json` and the CSV export write 0.3."""
+    vevo("problems", "new", "w", "--kind", "io", "--dir", str(tmp_path / "probs"))
+    folder = tmp_path / "probs" / "w"
+    toml = (folder / "problem.toml").read_text()
+    (folder / "problem.toml").write_text(toml.replace("memory_limit_mb = 512", "memory_limit_mb = 512\n"
+                                                      "weights = [0.1, 0.2, 0.7]"))
+    (folder / "seed.py").write_text((folder / "seed.py").read_text().replace("return 0", "return 14 if xs else 0"))
+    assert 0.1 + 0.2 == 0.30000000000000004
+    raw = vevo("problems", "check", str(folder), "--json").stdout
+    assert json.loads(raw)["seed"]["scalar"] == 0.3 and '"scalar": 0.3,' in raw
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([CLOSE]))}) + "\n")
+    vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
+         "--answers", "1", "--group", "1", "--iterations", "1", "--out", str(tmp_path / "run"), "--quiet")
+    vevo("export", str(tmp_path / "run"), "--out", str(tmp_path / "e.csv"))
+    text = (tmp_path / "e.csv").read_text()
+    with open(tmp_path / "e.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert rows[0]["scalar"] == "0.3" and "0000000000" not in text

@@ -98,7 +98,10 @@ class SearchSection(StrictModel):
     islands: int = Field(2, ge=1, description="separate populations per problem (ring migration between them)")
     island_capacity: int = Field(40, ge=1, description="programs an island keeps")
     answers: int = Field(4, ge=1, description="m: answers per completion")
-    group: int = Field(2, ge=1, description="G: completions per prompt")
+    # one G for every arm (docs/results/decisive_study.md): an untrained run samples as many completions per
+    # iteration as a trained one at the default schedule (train.group None follows this)
+    group: int = Field(8, ge=1, description="G: completions per prompt (a trained proposer's too, unless "
+                       "train.group is set)")
     pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
                                 "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
                                 "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
@@ -149,9 +152,9 @@ class TrainSection(StrictModel):
     # pre-registered check: docs/results/ttt_check.md, docs/TRAINING.md
     every: int = Field(1, ge=1, description="iterations between updates")
     batch: int = Field(1, ge=1, description="archive groups per training step")
-    group: int | None = Field(8, ge=2, description="G: completions per prompt of the trained proposer while it "
-                              "trains, in place of search.group (None: search.group); the estimators' baseline "
-                              "is the group, and larger groups give each step more signal")
+    group: int | None = Field(None, ge=2, description="G: completions per prompt of the trained proposer while "
+                              "it trains, in place of search.group (None: search.group, 8 by default, so trained "
+                              "and untrained arms sample alike); the estimators' baseline is the group")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
     epochs: int = Field(1, ge=1, description="passes over each step's samples")

@@ -166,7 +166,7 @@ def test_choice_policy_picks_the_member_through_the_cli(registered, tmp_path, ca
                    "  - {name: two, spec: echo}\n")
     chosen.clear()
     rc = cli.main(["run", str(cfg), "--portfolio", "last", "--iterations", "3", "--islands", "1", "--answers", "2",
-                   "--workers", "1", "--out", str(tmp_path / "run"), "--quiet"])
+                   "--group", "2", "--workers", "1", "--out", str(tmp_path / "run"), "--quiet"])
     assert rc == 0, capsys.readouterr().err
     assert chosen  # the campaign asked the new policy
     with Archive(tmp_path / "run" / "archive.db", readonly=True) as a:

@@ -58,6 +58,10 @@ def registered(section: str) -> list[str]:
         from .portfolio import CHOICES
 
         return list(CHOICES)
+    if section == "strategy":
+        from .strategies import STRATEGIES
+
+        return list(STRATEGIES)
     return list(EXECUTORS)
 
 
@@ -106,8 +110,17 @@ class SearchSection(StrictModel):
                                 "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
                                 "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
     retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
+    strategy: str = Field("evolve", description="where proposals start from (evolve/strategies.py): evolve (the "
+                          "selection method's parent and inspirations), iid (always the problem's seed, nothing "
+                          "else shown), topk (one of the island's top_k best, alone)")
+    top_k: int = Field(4, ge=1, description="strategy topk: the best programs of an island a parent is drawn from")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return _known(v, "strategy", "search strategy")
 
     @model_validator(mode="after")
     def _migration_fits(self) -> "SearchSection":
@@ -347,6 +360,9 @@ class Flag(typing.NamedTuple):
     default: Any  # the config's default (None: none or decided later)
 
 
+# keys whose values are a registry's names (the flag's choices): the key -> its `registered` section
+REGISTRY_KEYS = {"search.selection.method": "selection", "search.strategy": "strategy", "train.algo": "train",
+                 "executor.kind": "executor", "portfolio.policy": "portfolio"}
 # flag names that are not the rule's (below): a section's primary key is the section's own flag
 FLAG_NAMES = {"problems": "problem", "proposer.spec": "proposer", "search.selection.method": "selection",
               "train.algo": "train", "executor.kind": "executor", "portfolio.policy": "portfolio"}
@@ -398,8 +414,8 @@ def run_flags() -> list[Flag]:
         name = FLAG_NAMES.get(key) or (FLAG_PREFIX[pre] + key[len(pre):] if pre else key).replace(".", "-")
         flag = _flag(key, f, sec if rest else next(g for g, ks in TOP_GROUPS.items() if key in ks),
                      name.replace("_", "-"))
-        if key in FLAG_NAMES and sec in ("search", "train", "executor", "portfolio"):  # a registry's names
-            flag = flag._replace(choices=tuple(registered({"search": "selection"}.get(sec, sec))))
+        if key in REGISTRY_KEYS:  # a registry's names
+            flag = flag._replace(choices=tuple(registered(REGISTRY_KEYS[key])))
         out.append(flag)
     from proposer.backends import OPTIONS
 

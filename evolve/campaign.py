@@ -204,7 +204,7 @@ class Campaign:
                 raise ResumeError(f"run was started with problem {pid!r}, which is not available now")
         # dedupe index, best scores, baselines, first solves; the health monitor sees the same iterations again
         done = replay(self.archive, it, self.problems, pop.known, self.health, self.cfg.search.answers)
-        pop.best, pop.baseline, pop.solved = done.best, done.baseline, done.solved
+        pop.best, pop.baseline, pop.solved, pop.seeds = done.best, done.baseline, done.solved, done.seeds
         if done.wall_seconds is not None:  # the clock continues where it stopped
             self._clock = (self._clock[0], done.wall_seconds)
         pop.restore(st, loop["next_key"])

@@ -58,6 +58,10 @@ def registered(section: str) -> list[str]:
         from .portfolio import CHOICES
 
         return list(CHOICES)
+    if section == "strategy":
+        from .strategies import STRATEGIES
+
+        return list(STRATEGIES)
     return list(EXECUTORS)
 
 
@@ -98,13 +102,25 @@ class SearchSection(StrictModel):
     islands: int = Field(2, ge=1, description="separate populations per problem (ring migration between them)")
     island_capacity: int = Field(40, ge=1, description="programs an island keeps")
     answers: int = Field(4, ge=1, description="m: answers per completion")
-    group: int = Field(2, ge=1, description="G: completions per prompt")
+    # one G for every arm (docs/results/decisive_study.md): an untrained run samples as many completions per
+    # iteration as a trained one at the default schedule (train.group None follows this)
+    group: int = Field(8, ge=1, description="G: completions per prompt (a trained proposer's too, unless "
+                       "train.group is set)")
     pipeline_depth: int = Field(1, ge=0, le=64, description="batches in flight: generate iteration t while "
                                 "t-1 ... t-D are evaluated (several at once); parents come from the state committed "
                                 "through t-D-1, so a run is reproducible for a given depth. 0: sequential")
     retire_solved: bool = Field(True, description="stop working on a problem once it is solved")
+    strategy: str = Field("evolve", description="where proposals start from (evolve/strategies.py): evolve (the "
+                          "selection method's parent and inspirations), iid (always the problem's seed, nothing "
+                          "else shown), topk (one of the island's top_k best, alone)")
+    top_k: int = Field(4, ge=1, description="strategy topk: the best programs of an island a parent is drawn from")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered(cls, v: str) -> str:
+        return _known(v, "strategy", "search strategy")
 
     @model_validator(mode="after")
     def _migration_fits(self) -> "SearchSection":
@@ -149,9 +165,9 @@ class TrainSection(StrictModel):
     # pre-registered check: docs/results/ttt_check.md, docs/TRAINING.md
     every: int = Field(1, ge=1, description="iterations between updates")
     batch: int = Field(1, ge=1, description="archive groups per training step")
-    group: int | None = Field(8, ge=2, description="G: completions per prompt of the trained proposer while it "
-                              "trains, in place of search.group (None: search.group); the estimators' baseline "
-                              "is the group, and larger groups give each step more signal")
+    group: int | None = Field(None, ge=2, description="G: completions per prompt of the trained proposer while "
+                              "it trains, in place of search.group (None: search.group, 8 by default, so trained "
+                              "and untrained arms sample alike); the estimators' baseline is the group")
     lr: float = Field(1e-3, gt=0, description="AdamW learning rate")
     lora: bool = Field(True, description="train a LoRA adapter (false: every weight)")
     epochs: int = Field(1, ge=1, description="passes over each step's samples")
@@ -347,6 +363,9 @@ class Flag(typing.NamedTuple):
     default: Any  # the config's default (None: none or decided later)
 
 
+# keys whose values are a registry's names (the flag's choices): the key -> its `registered` section
+REGISTRY_KEYS = {"search.selection.method": "selection", "search.strategy": "strategy", "train.algo": "train",
+                 "executor.kind": "executor", "portfolio.policy": "portfolio"}
 # flag names that are not the rule's (below): a section's primary key is the section's own flag
 FLAG_NAMES = {"problems": "problem", "proposer.spec": "proposer", "search.selection.method": "selection",
               "train.algo": "train", "executor.kind": "executor", "portfolio.policy": "portfolio"}
@@ -398,8 +417,8 @@ def run_flags() -> list[Flag]:
         name = FLAG_NAMES.get(key) or (FLAG_PREFIX[pre] + key[len(pre):] if pre else key).replace(".", "-")
         flag = _flag(key, f, sec if rest else next(g for g, ks in TOP_GROUPS.items() if key in ks),
                      name.replace("_", "-"))
-        if key in FLAG_NAMES and sec in ("search", "train", "executor", "portfolio"):  # a registry's names
-            flag = flag._replace(choices=tuple(registered({"search": "selection"}.get(sec, sec))))
+        if key in REGISTRY_KEYS:  # a registry's names
+            flag = flag._replace(choices=tuple(registered(REGISTRY_KEYS[key])))
         out.append(flag)
     from proposer.backends import OPTIONS
 

@@ -27,7 +27,7 @@ from problems import metrics as metric_columns
 from problems.errors import VevoError
 from proposer.answers.mutate import normalized_hash
 
-from . import selection
+from . import selection, strategies
 from .archive import Archive, ProgramRecord
 from .config import SearchSection
 from .islands import Island, Member
@@ -52,7 +52,6 @@ class Population:
         holds are read back from (None: nothing is read back)."""
         islands = search.islands
         self.order, self.n_islands, self.search, self.retire_solved = order, islands, search, search.retire_solved
-        self.sel = search.selection
         self.keys: list[Key] = [(pid, k) for pid in order for k in range(islands)]
         seqs = np.random.SeedSequence(seed).spawn(len(self.keys))
         self.rngs = {key: np.random.default_rng(s) for key, s in zip(self.keys, seqs)}
@@ -65,6 +64,7 @@ class Population:
         self.solved: dict[str, int] = {}  # problem → the iteration that first solved it
         self.best: dict[str, float] = {}  # problem → best scalar so far, for progress
         self.baseline: dict[str, float] = {}  # problem → its seed program's scalar (the bandit's reward baseline)
+        self.seeds: dict[str, int] = {}  # problem → its seed program's id (strategy iid proposes from it)
         self.next_key = 0  # the island after the last one picked
         self.n_programs = 0  # archived programs: ids 1..n_programs
         self.dirty: set[Key] = set(self.keys)  # islands whose state the next checkpoint must write
@@ -82,6 +82,7 @@ class Population:
         """Iteration 0: a problem's seed program, a member of each of its islands."""
         self.remember(pid, problem, code, ev, ast_hash)
         self.baseline.setdefault(problem, float(ev.scalar))
+        self.seeds.setdefault(problem, pid)
         for k in range(self.n_islands):
             self.islands[(problem, k)].members.append(pid)
         if ev.solved:
@@ -116,17 +117,16 @@ class Population:
         return None
 
     def select(self, key: Key) -> tuple[int, list[int]]:
-        """A parent and its inspirations from island ``key``, drawn from the island's own RNG stream."""
+        """A parent and its inspirations from island ``key`` by the run's search strategy
+        (evolve/strategies.py), drawn from the island's own RNG stream."""
         island, rng = self.islands[key], self.rngs[key]
         self.dirty.add(key)
-        members = island.members
-        vecs = _stack([self.cache[p] for p in members])
-        scalars = np.array([self.cache[p].scalar for p in members])
-        pool = selection.Pool(vecs, scalars, np.array([self.cache[p].code_len for p in members]))
-        i = selection.SELECTIONS[self.sel.method](pool, rng, self.sel)
-        insp = selection.inspirations(vecs[i], vecs, scalars, self.sel.inspirations, rng,
-                                      exclude=i) if vecs.size else []
-        return members[i], [members[j] for j in insp]
+        members = list(island.members)
+        pool = selection.Pool(_stack([self.cache[p] for p in members]),
+                              np.array([self.cache[p].scalar for p in members]),
+                              np.array([self.cache[p].code_len for p in members]))
+        parents = strategies.Parents(members, pool, self.seeds.get(key[0]))
+        return strategies.STRATEGIES[self.search.strategy](parents, rng, self.search)
 
     def migrate(self, t: int) -> int:
         """Ring migration after iteration ``t`` when it is due; returns the number of programs moved."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -142,6 +142,7 @@ class Restored:
     baseline: dict[str, float]  # problem -> its seed program's scalar
     solved: dict[str, int]      # problem -> the first iteration that solved it
     wall_seconds: float | None  # the last committed iteration's clock, if it recorded one
+    seeds: dict[str, int] = field(default_factory=dict)  # problem -> its seed program's id
 
 
 def replay(archive: Archive, through: int, problems: Iterable[str], known: dict[str, HashIndex],
@@ -180,6 +181,7 @@ def _take(row: tuple, known: dict[str, HashIndex], out: Restored) -> health.Outc
         out.best[problem] = max(out.best.get(problem, -math.inf), scalar)
     if island == -1:
         out.baseline.setdefault(problem, scalar)
+        out.seeds.setdefault(problem, pid)
     if solved:
         out.solved.setdefault(problem, iteration)  # rows come in id order: the first is the earliest
     return health.Outcome(problem, status, scalar, health.error_text(artifacts))

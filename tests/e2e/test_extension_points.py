@@ -10,7 +10,7 @@ import pytest
 
 from evaluators import executor
 from evaluators.pool import SandboxPool
-from evolve import cli, portfolio, selection
+from evolve import cli, portfolio, selection, strategies
 from evolve.archive import Archive
 from problems import importers
 from problems.evolve_block import wrap_block
@@ -68,6 +68,15 @@ evaluated: list[int] = []
 chosen: list[int] = []
 
 
+started: list[int] = []
+
+
+def from_newest(parents: strategies.Parents, rng, search) -> tuple[int, list[int]]:
+    """A new search strategy: always the island's newest member, alone."""
+    started.append(parents.members[-1])
+    return parents.members[-1], []
+
+
 def choose_last(history: portfolio.History, rng, params) -> int:
     """A new portfolio choice policy: always the last member."""
     chosen.append(history.t)
@@ -98,6 +107,7 @@ def registered(monkeypatch):
     monkeypatch.setitem(selection.SELECTIONS, "first", select_first)
     monkeypatch.setitem(estimators.ESTIMATORS, "flat", flat)
     monkeypatch.setitem(portfolio.CHOICES, "last", choose_last)
+    monkeypatch.setitem(strategies.STRATEGIES, "newest", from_newest)
 
 
 def test_importer_backend_selection_and_executor_through_the_cli(registered, tmp_path, capsys):
@@ -166,8 +176,25 @@ def test_choice_policy_picks_the_member_through_the_cli(registered, tmp_path, ca
                    "  - {name: two, spec: echo}\n")
     chosen.clear()
     rc = cli.main(["run", str(cfg), "--portfolio", "last", "--iterations", "3", "--islands", "1", "--answers", "2",
-                   "--workers", "1", "--out", str(tmp_path / "run"), "--quiet"])
+                   "--group", "2", "--workers", "1", "--out", str(tmp_path / "run"), "--quiet"])
     assert rc == 0, capsys.readouterr().err
     assert chosen  # the campaign asked the new policy
     with Archive(tmp_path / "run" / "archive.db", readonly=True) as a:
         assert {r.member for r in a.portfolio_rows()} == {"two"}
+
+
+def test_search_strategy_chooses_every_parent_through_the_cli(registered, tmp_path, capsys):
+    from problems.suites import SUITES
+
+    started.clear()
+    run = tmp_path / "run"
+    rc = cli.main(["run", "--problem", SUITES["pbe"]()[0].id, "--proposer", "echo", "--strategy", "newest",
+                   "--iterations", "3", "--islands", "1", "--answers", "2", "--group", "2", "--workers", "1",
+                   "--out", str(run), "--quiet"])
+    assert rc == 0, capsys.readouterr().err
+    with Archive(run / "archive.db", readonly=True) as a:
+        parents = [g.parent_id for g in sorted(a.recent_groups(10), key=lambda g: g.iteration)]
+    assert parents == started and len(started) == 3  # every parent was the new strategy's
+    with pytest.raises(SystemExit):
+        cli.main(["run", "--strategy", "nosuch"])
+    assert "invalid choice: 'nosuch'" in capsys.readouterr().err

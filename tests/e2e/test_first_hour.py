@@ -76,7 +76,7 @@ def test_skipped_problem_is_named_at_start_and_counted_in_the_summary(tmp_path):
     (tmp_path / "probs" / "bad" / "problem.toml").write_text('id = "bad"\nentry_point = "solve"\n')
     (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([CLOSE]))}) + "\n")
     r = vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
-             "--answers", "1", "--iterations", "1", "--out", str(tmp_path / "run"), "--quiet")
+             "--answers", "1", "--group", "2", "--iterations", "1", "--out", str(tmp_path / "run"), "--quiet")
     warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: skipped problem")]
     assert len(warned) == 1 and "bad" in warned[0] and "seed" in warned[0]
     assert "solved 0/1 problems (1 skipped)" in r.stdout

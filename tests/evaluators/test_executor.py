@@ -40,7 +40,7 @@ def test_unreachable_ray_cluster_is_one_line_and_fast(tmp_path):
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = vevo("run", "--suite", "pbe", "--proposer", "tiny", "--iterations", "1", "--executor", "ray",
+    r = vevo("run", "--suite", "pbe", "--proposer", "tiny", "--iterations", "1", "--group", "2", "--executor", "ray",
              "--ray-address", f"127.0.0.1:{port}", "--out", str(tmp_path / "run"), "--quiet", check=False, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == f"vevo: error: ray: cannot reach the cluster at 127.0.0.1:{port}: " \
         "Connection refused"

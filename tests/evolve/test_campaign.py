@@ -171,7 +171,8 @@ def test_kill_nine_and_resume_loses_and_duplicates_nothing(tmp_path, depth, n_ki
 def test_curves_png_and_csv_match_archive(tmp_path):
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     run = tmp_path / "run"
-    vevo("run", *IDS, "--proposer", f"replay:{replay}", "--iterations", "20", "--out", str(run), "--quiet")
+    vevo("run", *IDS, "--proposer", f"replay:{replay}", "--iterations", "20", "--group", "2", "--out", str(run),
+         "--quiet")
     out = tmp_path / "c.png"
     vevo("curves", str(run), "--out", str(out), "--csv")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -72,15 +72,15 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
 
 
 def _default_schedule_cfg(tmp_path: Path) -> tuple[Path, int]:
-    """CFG with the shipped training schedule (no train.every / train.batch / train.group / train.lr: a step after
-    every iteration on its group of 8), long enough for two updates; and the iteration of the first update."""
+    """CFG with the shipped training schedule (no train.every / train.batch / train.lr, no G: a step after every
+    iteration on its group of search.group's 8), long enough for two updates; and the iteration of the first update."""
     from evolve.config import CampaignConfig
 
     every = CampaignConfig().train.every
     text = "".join(line + "\n" for line in CFG.strip().splitlines()
                    if not line.startswith(("  every", "  batch", "  lr")))
     p = tmp_path / "cfg.yaml"
-    p.write_text(text.replace("iterations: 8", f"iterations: {2 * every + 2}"))
+    p.write_text(text.replace("iterations: 8", f"iterations: {2 * every + 2}").replace(" group: 2,", ""))
     return p, every
 
 
@@ -171,3 +171,21 @@ def test_train_group_sets_the_trained_proposers_group_and_each_step_learns_from_
     assert [len(g.completions) for g in groups] == [3, 3, 3]
     assert [r.step for r in rows] == [1, 2, 3]
     assert all(r.data["completions"] == 3 and r.data["groups"] == 1 for r in rows)
+
+
+def test_trained_and_untrained_runs_sample_the_same_completions_per_iteration_at_default_flags(tmp_path):
+    """One G for every arm: `vevo run --train vpo` and `--train none` with no G flag sample the same number of
+    completions per iteration (they used to differ 4x: train.group 8 against search.group 2), so arms compared
+    by iteration are compared at equal evaluations. Only cost flags beside the arm (tokens, probes) are given."""
+    per_iteration = {}
+    for arm in ("vpo", "none"):
+        run = tmp_path / arm
+        vevo("run", "--problem", "pbe/hard-list-7", "--proposer", "tiny", "--iterations", "2", "--train", arm,
+             "--train-probe-every", "0", "--set", "sampling.max_tokens=48", "--out", str(run), "--quiet", timeout=900)
+        with Archive(run / "archive.db", readonly=True) as a:
+            per_iteration[arm] = {g.iteration: len(g.completions) for g in a.recent_groups(100)}
+            if arm == "vpo":
+                assert [r.data["completions"] for r in a.training_rows() if r.data.get("samples")] == [8, 8]
+    from evolve.config import CampaignConfig
+
+    assert per_iteration["vpo"] == per_iteration["none"] == {1: CampaignConfig().search.group, 2: 8}

@@ -16,13 +16,14 @@ def test_defaults():
     s = cfg.search
     assert (cfg.problems, cfg.suite, cfg.proposer.spec, s.iterations, s.islands) == ([], None, "tiny", 50, 2)
     assert (s.answers, s.group, s.selection.method, s.pipeline_depth, cfg.train.algo) == \
-        (4, 2, "lexicase", 1, "none")
+        (4, 8, "lexicase", 1, "none")
     assert s.selection.lexicase_epsilon is None and cfg.executor.eval_timeout is None and s.retire_solved is True
     assert cfg.train.lr == 1e-3 and s.migration.every == 10  # docs/TRAINING.md
-    # the training schedule chosen by docs/results/ttt_check.md's third check: a step every iteration on its group of 8
+    # the training schedule chosen by docs/results/ttt_check.md's third check: a step every iteration on its group of 8;
+    # one G for every arm: train.group unset follows search.group, 8
     t = cfg.train
-    assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, 8, 10, 1)
-    assert cfg.trained_group == 2 and CampaignConfig(train={"algo": "vpo"}).trained_group == 8
+    assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, None, 10, 1)
+    assert cfg.trained_group == 8 and CampaignConfig(train={"algo": "vpo"}).trained_group == 8
     assert cfg.train.covrl.alpha == 0.5 and cfg.proposer.options == {} and cfg.executor.workers == 2
 
 
@@ -210,9 +211,11 @@ def test_cross_field_validation():
     assert load_config(None, {"train.algo": "vpo", "search.group": 2}).train.algo == "vpo"
     with pytest.raises(ConfigError, match="'train.group'"):
         load_config(None, {"train.algo": "vpo", "train.group": 1})
-    # a search group of 1 is fine when the trained proposer samples its own train.group (by default 8)
+    # a search group of 1 is fine when the trained proposer samples its own train.group; unset, it follows the search
     assert load_config(None, {"train.algo": "vpo", "search.group": 1, "train.group": 4}).trained_group == 4
-    assert load_config(None, {"train.algo": "vpo", "search.group": 1}).trained_group == 8
+    assert load_config(None, {"train.algo": "vpo", "search.group": 3}).trained_group == 3
+    with pytest.raises(ConfigError, match="'search.group'"):
+        load_config(None, {"train.algo": "vpo", "search.group": 1})
 
 
 def test_trained_group_is_train_group_only_while_training():
@@ -278,15 +281,16 @@ def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
 
 
 def test_set_null_sets_a_key_to_null(monkeypatch):
-    """`--set train.group=null` gives the key null (the trained proposer then samples search.group), where a None
-    from an absent flag leaves the default."""
+    """`--set train.group=8` then `--set train.group=null` gives the key null (the trained proposer then samples
+    search.group), where a None from an absent flag leaves the earlier value."""
     import evolve.runner
     from evolve import cli
 
     seen = []
     monkeypatch.setattr(evolve.runner, "start", lambda cfg, progress: seen.append(cfg) or (Path("x"), {}))
     monkeypatch.setattr(cli, "_print_summary", lambda *a: None)
-    for argv, want in ((["--set", "train.group=null"], (None, 3)), ([], (8, 8))):
+    for argv, want in ((["--set", "train.group=8", "--set", "train.group=null"], (None, 3)),
+                       (["--set", "train.group=8"], (8, 8)), ([], (None, 3))):
         cli.cmd_run(cli.build_parser("run").parse_args(["run", "--suite", "pbe", "--train", "vpo", "--group", "3",
                                                         *argv]))
         assert (seen[-1].train.group, seen[-1].trained_group) == want

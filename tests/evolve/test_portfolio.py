@@ -271,7 +271,7 @@ def test_one_proposer_run_is_a_one_member_portfolio(tmp_path):
     good, _ = replay_members(tmp_path)
     run = tmp_path / "run"
     vevo("run", "--problems-dir", str(squares_problem(tmp_path / "probs")), "--proposer", f"replay:{good}",
-         "--iterations", "5", "--islands", "1", "--answers", "1", "--out", str(run), "--quiet")
+         "--iterations", "5", "--islands", "1", "--answers", "1", "--group", "2", "--out", str(run), "--quiet")
     rows = export(run, tmp_path)
     assert {r["proposer"] for r in rows[1:]} == {"replay"} and rows[0]["proposer"] == ""
     shown = json.loads(vevo("runs", "show", str(run), "--json").stdout)["proposers"]

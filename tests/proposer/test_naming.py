@@ -64,7 +64,7 @@ def test_tiny_proposer_improves_a_scaffolded_problem_named_solve(tmp_path):
     vevo("problems", "new", "sq", "--kind", "io", "--dir", str(tmp_path))
     assert "def solve(xs):" in (tmp_path / "sq" / "seed.py").read_text()
     cfg = load_config(None, {"problems_dir": [str(tmp_path)], "proposer.spec": "tiny", "search.iterations": 6,
-                             "seed": 0, "out": str(tmp_path / "run")})
+                             "search.group": 2, "seed": 0, "out": str(tmp_path / "run")})
     _, summary = start(cfg, progress=False)
     best = summary["best"]["sq"]
     seed = json.loads(vevo("problems", "check", str(tmp_path / "sq"), "--json").stdout)["seed"]

@@ -81,7 +81,7 @@ def campaign(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("scoring")
     problem = load_native(new_problem("sq", "io", tmp))
     cfg = load_config(None, {"problems_dir": [str(tmp)], "proposer.spec": "tiny", "search.iterations": 2, "seed": 0,
-                             "search.islands": 1, "out": str(tmp / "run")})
+                             "search.islands": 1, "search.group": 2, "out": str(tmp / "run")})
     start(cfg, progress=False)
     with Archive(tmp / "run" / "archive.db", readonly=True) as a:
         groups = a.recent_groups(10)

@@ -27,7 +27,10 @@ def ratio_of_rewards(pool, lr: float) -> tuple[float, list[float]]:
     cfg = CampaignConfig(search={"group": 8, "answers": 4}, seed=0, train={"algo": "vpo", "batch": 1, "probe_every": 0})
     cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"lr": lr})})  # lr 0 is below the validator
     torch.manual_seed(0)
-    hist = train(make_backend("tiny"), [Registry().get(PROBLEM)], pool, cfg, steps=STEPS, log=lambda s: None)
+    # the general sampler, as this check was measured and registered: with the fast sampler's draw stream at
+    # seed 0 the same run measured 1.33 (rewards 0.21 -> 0.30), under FACTOR; re-registering the check for the
+    # new sampler on fresh seeds is open work (issue 32), not a threshold to move here
+    hist = train(make_backend("tiny", fast_sampler=False), [Registry().get(PROBLEM)], pool, cfg, steps=STEPS, log=lambda s: None)
     r = [h["mean_set_reward"] for h in hist]
     return float(np.mean(r[-WINDOW:]) / max(np.mean(r[:WINDOW]), 1e-9)), r
 

@@ -72,8 +72,10 @@ def test_gradient_checkpointing_really_recomputes():
         PolicyTrainer(model, TrainConfig(minibatch=4, micro_batch=2, kl_beta=0.0,
                                          gradient_checkpointing=ckpt)).step(samples(4))
         calls[ckpt] = n[0]
-    assert calls[False] == 6  # pi_old, the training forward and the movement probe, 2 micro-batches each
-    assert calls[True] == 8  # + a recompute in each backward
+    # the lean step (one minibatch, one epoch): the training forward (pi_old is its own) and the movement probe,
+    # 2 micro-batches each; the general step adds a pi_old forward
+    assert calls[False] == 4
+    assert calls[True] == 6  # + a recompute in each backward
 
 
 def test_dropout_off_in_train_mode():

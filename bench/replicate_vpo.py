@@ -223,7 +223,7 @@ def main() -> None:
     ap.add_argument("--suite", default="pbe-hard-heldout")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=120)
-    ap.add_argument("--campaign-group", type=int, default=d.train.group,
+    ap.add_argument("--campaign-group", type=int, default=d.trained_group,
                     help="(b): G of every arm's campaign (default: the trained proposer's train.group)")
     ap.add_argument("--train-every", type=int, default=None, help="(b): iterations between updates (default: "
                     "the run config's schedule)")

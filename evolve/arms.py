@@ -26,6 +26,7 @@ import numpy as np
 from problems.errors import VevoError
 
 from .stats import t95
+from .verdict import noise_words
 
 SEED_DIR = re.compile(r"seed-(\d+)")
 METRICS = {"solved": "problems solved at the end", "solved_auc": "mean problems solved over iterations 0..T",
@@ -143,10 +144,15 @@ class Difference:
     n_b: int
     method: str  # "paired by seed (n pairs)", "Welch (unpaired)", or why there is no interval
 
+    @property
+    def words(self) -> str:
+        """How it reads: "arm higher", "arm lower", or within noise (the interval includes 0), or no interval."""
+        return noise_words(self.diff, self.lo, self.hi, up=f"{self.b} higher", down=f"{self.b} lower")
+
     def line(self) -> str:
         ci = f"95% CI [{self.lo:+.3g}, {self.hi:+.3g}]" if math.isfinite(self.lo) else "no CI"
         return (f"{self.metric}: {self.b} {self.mean_b:.3g} vs {self.a} {self.mean_a:.3g} (n={self.n_b}, "
-                f"{self.n_a}): difference {self.diff:+.3g}, {ci}, {self.method}")
+                f"{self.n_a}): difference {self.diff:+.3g}, {ci}, {self.method}: {self.words}")
 
 
 def difference(a: dict[Any, float], b: dict[Any, float], metric: str = "", names: tuple[str, str] = ("a", "b")
@@ -206,12 +212,13 @@ def comparison_html(diffs: list[Difference]) -> str:
     e = lambda s: html.escape(str(s), quote=True)  # noqa: E731
     f = lambda v: f"{v:+.3g}" if math.isfinite(v) else "–"  # noqa: E731
     rows = ["<table id='differences'><tr><th>metric</th><th>arm</th><th>baseline</th><th>mean (arm)</th>"
-            "<th>mean (baseline)</th><th>difference</th><th>95% CI</th><th>runs</th><th>method</th></tr>"]
+            "<th>mean (baseline)</th><th>difference</th><th>95% CI</th><th>reads</th><th>runs</th><th>method</th></tr>"]
     for d in diffs:
         ci = f"[{f(d.lo)}, {f(d.hi)}]" if math.isfinite(d.lo) else "–"
         rows.append(f"<tr><td title='{e(METRICS.get(d.metric, ''))}'>{e(d.metric)}</td><td>{e(d.b)}</td>"
                     f"<td>{e(d.a)}</td><td>{d.mean_b:.3g}</td><td>{d.mean_a:.3g}</td><td>{f(d.diff)}</td>"
-                    f"<td>{ci}</td><td>{d.n_b} vs {d.n_a}</td><td>{e(d.method)}</td></tr>")
+                    f"<td>{ci}</td><td class='reads'>{e(d.words)}</td><td>{d.n_b} vs {d.n_a}</td>"
+                    f"<td>{e(d.method)}</td></tr>")
     legend = "; ".join(f"<b>{e(k)}</b>: {e(v)}" for k, v in METRICS.items())
     return ("<h2>Differences between arms</h2>\n<p class='note'>Each arm minus the first, with a 95% t interval "
             f"of the difference of means. {legend}.</p>\n" + "\n".join(rows) + "</table>")

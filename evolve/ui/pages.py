@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
+from .. import verdict
 from .charts import band, line_chart, lineage_svg, quote_seg, thin
 from .components import by, diff_html, e, fmt, frame, heatmap, test_strip, test_table
 from .info import WELL_KNOWN_KEYS, ProblemInfo, is_number, training_keys
@@ -149,7 +150,7 @@ def compare(stores: Sequence[RunStore], groups: dict[str, list[RunStore]], x: st
             "<h2>Problems</h2><p class='note'>Per run: the iteration of the first solving program and the policy "
             "version that proposed it (v0 is the untrained proposer). Best program: the highest score over all "
             f"runs; hover a test for its case.</p>{_compare_problems(runs, info)}"
-            f"<h2>Training diagnostics</h2>{_compare_training(runs, training_figures)}")
+            f"<h2>Training diagnostics</h2>{_compare_training(runs, training_figures, groups)}")
     return page(f"vevo: {title}", body, stores)
 
 
@@ -194,9 +195,27 @@ def _best_cell(best: tuple[RunStore, Any] | None, labels: Sequence[str]) -> str:
             f"{err_html}{test_table(p.vector, labels)}<pre><code>{e(p.code)}</code></pre></details></td>")
 
 
-def _compare_training(runs: Sequence[RunStore], figures: Sequence[tuple[str, str]]) -> str:
-    parts = []
+def _verdicts(groups: dict[str, list[RunStore]], logs: dict[str, list]) -> str:
+    """One line per trained arm above the charts: what training did (evolve/verdict.py)."""
+    lines = []
+    for label, stores in groups.items():
+        trained = [s for s in stores if any(r.data.get("samples") for r in logs.get(s.name, []))]
+        if trained:
+            lines.append(verdict.arm_line(label, [verdict.run_training(logs[s.name]) for s in trained],
+                                          [s.compute() for s in trained]))
+    if not lines:
+        return ""
+    return ("<div id='verdicts'><p class='note'>What training did, per trained arm: the probe reward (fixed "
+            "problems and sampling seed, so a change is the policy's) before the first step → at the last probe, "
+            "on the run's own problems and on held-out ones; the change with its 95% interval over seeds; the KL "
+            "to the start policy; the steps; where the time went.</p><ul>"
+            + "".join(f"<li class='verdict'>{e(ln)}</li>" for ln in lines) + "</ul></div>")
+
+
+def _compare_training(runs: Sequence[RunStore], figures: Sequence[tuple[str, str]],
+                      groups: dict[str, list[RunStore]] | None = None) -> str:
     logs = {s.name: s.training() for s in runs}
+    parts = [_verdicts(groups or {s.name: [s] for s in runs}, logs)]
     for s in runs:
         algo = s.meta()["config"].get("train", {}).get("algo", "none")
         rows = logs[s.name]

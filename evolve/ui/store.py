@@ -20,6 +20,7 @@ from problems.errors import VevoError
 
 from .. import liveness
 from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
+from ..compute import account
 from ..config_legacy import upgrade
 from ..portfolio_stats import member_stats
 
@@ -309,3 +310,7 @@ class RunStore:
     # ------------------------------------------------------------------ training
     def training(self) -> list[TrainingRow]:
         return self.archive.training_rows()
+
+    def compute(self) -> dict[str, float]:
+        """Where the run's time went (evolve/compute.py)."""
+        return account(self.archive.metrics_rows(), self.training())

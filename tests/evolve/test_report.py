@@ -163,6 +163,15 @@ def test_training_section(runs):
     section = html[html.index("<h2>Training diagnostics</h2>"):]
     assert "none: no training (train: none)" in section
     assert "vpo: no training" not in section
+    # it starts with the verdict of the trained arm, above the charts, from the archive's own rows
+    assert section.index("id='verdicts'") < section.index("<svg") and section.count("class='verdict'") == 1
+    with sqlite3.connect(runs["vpo"] / "archive.db") as c:
+        logged = [json.loads(d) for (d,) in c.execute("SELECT data FROM training ORDER BY step")]
+    own = [d[k] for d in logged for k in ("probe_own_before", "probe_own") if k in d]
+    steps = sum(1 for d in logged if d.get("samples"))
+    verdict = re.search(r"<li class='verdict'>([^<]*)</li>", section).group(1)
+    assert verdict.startswith(f"vpo: own probe {own[0]:.3f} → {own[-1]:.3f} ({own[-1] - own[0]:+.3f}, one run)")
+    assert f"; {steps} steps; time: " in verdict and "s wall, generation " in verdict and "KL " in verdict
 
 
 def test_labels_share_one_convention(runs):

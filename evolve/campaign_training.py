@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -252,12 +253,15 @@ class CampaignTrainer:
             out.append(shape_rewards(m, mode, novel=mask, parent=parents.get(parent_of[c.id])))
         return out
 
-    def _probe_due(self, stats: dict[str, Any]) -> bool:
+    def _probe_due(self, stats: dict[str, Any], version: int | None = None) -> bool:
+        """Whether the policy ``version`` (default: the current one) that this step made is probed."""
         every = self.cfg.train.probe_every
-        return bool(every and stats.get("samples") and self.version % every == 0)
+        v = self.version if version is None else version
+        return bool(every and stats.get("samples") and v % every == 0)
 
-    def _probe(self, camp: "Campaign", suffix: str = "") -> dict[str, Any]:
-        """The fixed probe sets' rewards under the current policy (evolve/probe.py); {} when probes are off."""
+    def _probe(self, camp: "Campaign", suffix: str = "", quiet: bool = False) -> dict[str, Any]:
+        """The fixed probe sets' rewards under the current policy (evolve/probe.py); {} when probes are off.
+        ``quiet``: on the learner thread (no progress line; the probes were built by the first step's baseline)."""
         if not self.cfg.train.probe_every:
             return {}
         if self.prober is None:
@@ -267,7 +271,8 @@ class CampaignTrainer:
                                  group=self.cfg.train.probe_group, m=self.cfg.search.answers,
                                  temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
                                  style=camp.prompt_style)
-        camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
+        if not quiet:
+            camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
         return self.prober.run(self.backend, camp.evaluator, suffix)
 
     def train(self, camp: "Campaign", iteration: int, background: bool = False) -> dict[str, Any] | None:
@@ -316,7 +321,10 @@ class CampaignTrainer:
             self.trainer.cfg.movement = movement_due(self.cfg, self.version)
             if background and self.backend.pin_sampling():
                 prep = time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0))
-                self._flight = _Flight(iteration, stats, self.trainer, samples, prep)
+                probe = None
+                if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
+                    probe = partial(self._probe, camp, quiet=True)
+                self._flight = _Flight(iteration, stats, self.trainer, samples, prep, probe, self.backend)
                 return None
             with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
@@ -361,7 +369,7 @@ class CampaignTrainer:
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
-        if self._probe_due(stats):  # probes sample the published policy
+        if self._probe_due(stats) and "probe_seconds" not in stats:  # probes sample the published policy
             stats.update(self._probe(camp))
         camp.archive.record_training(iteration, self.version, stats)
         camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
@@ -372,20 +380,26 @@ class CampaignTrainer:
 
 
 class _Flight:
-    """One update on the learner thread: ``trainer.step(samples)``, its outcome and its cost (``seconds``: the
-    preparation in the loop plus the step)."""
+    """One update on the learner thread: ``trainer.step(samples)``, then ``probe()`` of the policy it made (the
+    live model, while the loop samples the pinned one), their outcome and the step's cost (``seconds``: the
+    preparation in the loop plus the step; the probe counts apart, as ``probe_seconds``)."""
 
-    def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float) -> None:
+    def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float,
+                 probe: Any, backend: Any) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(trainer, samples), name="vevo-learner", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(trainer, samples, probe, backend),
+                                       name="vevo-learner", daemon=True)
         self.thread.start()
 
-    def _run(self, trainer: Any, samples: list) -> None:
+    def _run(self, trainer: Any, samples: list, probe: Any, backend: Any) -> None:
         t = time.monotonic()
         try:
             self.out = trainer.step(samples)
+            self.seconds += time.monotonic() - t
+            if probe is not None:
+                with backend.live_sampling():
+                    self.out.update(probe())
         except BaseException as e:  # re-raised by join, in the loop's thread
             self.error = e
-        self.seconds += time.monotonic() - t

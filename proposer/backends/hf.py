@@ -38,6 +38,7 @@ import gc
 import inspect
 import itertools
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,7 @@ class HFBackend(AdapterState):
         self._adapter_seq = itertools.count()
         self.adapter_path: str | None = None
         self._pinned: _fast.Weights | None = None  # pin_sampling(): the fast path samples this snapshot
+        self._live = threading.local()  # live_sampling(): this thread samples the live model despite a pin
         if adapter is not None:
             self.load_adapter(adapter, self.policy_version)
 
@@ -177,6 +179,16 @@ class HFBackend(AdapterState):
 
     def unpin_sampling(self) -> None:
         self._pinned = None
+
+    @contextlib.contextmanager
+    def live_sampling(self):
+        """In this thread only, sample the live model even while a snapshot is pinned: the learner thread
+        probes the policy it has just trained while the loop samples the published one."""
+        self._live.on = True
+        try:
+            yield
+        finally:
+            self._live.on = False
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -298,7 +310,7 @@ class HFBackend(AdapterState):
         width = max(len(r) for r in rows)
         budget = max(min(int(sampling.max_tokens), self.max_context - width), 0)
         return _fast.sample(self._model, rows, budget, float(sampling.temperature), float(sampling.top_p),
-                            self.eos_ids, gen, weights=self._pinned)
+                            self.eos_ids, gen, weights=None if getattr(self._live, "on", False) else self._pinned)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n sampled completions (one group)."""

@@ -165,7 +165,7 @@ sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
 def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path):
     """The kill the learner thread adds: after iteration d + 1 is committed, before the step started at d is
     joined. Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
-    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n")
+    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
     code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run))
@@ -178,8 +178,12 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path)
     vevo("resume", str(run), "--quiet", timeout=900)
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         ra, rb = a.training_rows(), b.training_rows()
-        assert [(r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss")) for r in ra] == \
-               [(r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss")) for r in rb]
+        def key(r):
+            return (r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss"),
+                    r.data.get("probe_own"), r.data.get("probe_heldout"))
+        assert [key(r) for r in ra] == [key(r) for r in rb]
+        # probes ran on the learner thread, of the policy each step made (versions 2, 4, ...), and were redone
+        assert [r.policy_version for r in ra if "probe_own" in r.data] == [2, 4, 6, 8]
         assert [c.policy_version for g in a.recent_groups(100) for c in g.completions] == \
                [c.policy_version for g in b.recent_groups(100) for c in g.completions]
         assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \

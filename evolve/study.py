@@ -23,7 +23,7 @@ from proposer.answers import naming
 from proposer.backends import PRETRAIN_RECORD
 from proposer.training.estimators import ESTIMATORS
 from proposer.files import honour_umask
-from proposer.training.rewards import comparable_reward, reward_diversity
+from proposer.training.rewards import comparable_reward, reward_diversity, shape_rewards
 from proposer.answers.scoring import score_completions, seed_prompt
 from proposer.training.trainer import PolicyTrainer, TrainSample
 
@@ -57,6 +57,9 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
         raise TrainingError("vevo train needs a training algorithm (train.algo is 'none')")
     if not has(backend, TRAINABLE):
         raise TrainingError(f"--algo {algo} needs a trainable backend (tiny or hf:PATH)")
+    if t.reward == "novel":  # novelty is relative to a campaign's archive, which vevo train does not have
+        raise TrainingError("vevo train: train.reward 'novel' needs a campaign's archive (which answers became new "
+                            "programs); use vector or improvement (over each problem's seed program)")
     trainer = build_trainer(backend, cfg)
     model = backend.model
     if algo == "covrl":
@@ -94,9 +97,13 @@ def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = N
             gids += [gi] * len(ms)
             comps += comps_i
         est = ESTIMATORS[algo]
-        adv, diag = est(mats, gids, rng=rng)
+        shaped = mats
+        if t.reward == "improvement":  # the prompt's parent is the problem's seed program
+            parents = [seeds[chosen[g]].vector for g in gids]
+            shaped = [shape_rewards(mt, "improvement", parent=np.asarray(pv, dtype=float)) for mt, pv in zip(mats, parents)]
+        adv, diag = est(shaped, gids, rng=rng)
         samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)]  # zeros too (KL, mean)
-        stats: dict[str, Any] = {"step": step, "algo_reward": float(np.mean(diag["raw_scores"])),
+        stats: dict[str, Any] = {"step": step, "algo_reward": float(np.mean(diag["raw_scores"])), "train_reward": t.reward,
                                  "reward_diversity": reward_diversity(mats), "samples": len(samples)}
         stats.update(comparable_reward(mats))  # mean_set_reward (fixed weights), mean_best_answer
         if prober is not None and step == 0:

@@ -43,3 +43,24 @@ def test_train_then_eval_cli(tmp_path):
     assert "problem 1/1" in r.stderr  # progress on stderr, stdout is the JSON alone
     assert {"pass@2", "pass@1", "best@2", "diversity", "parse_rate"} <= set(res)
     assert 0 <= res["pass@1"] <= res["pass@2"] <= 1 and res["problems"][0]["n"] == 4
+
+
+@pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled tiny checkpoint")
+def test_train_reward_is_applied_by_vevo_train_or_refused(tmp_path):
+    """`--train-reward improvement` rewards what beats each problem's seed (the prompt's parent), so the same
+    seeded step sees a different estimator reward than `vector`; `novel` needs an archive and says so."""
+    def step(reward: str):
+        return vevo("train", "--proposer", "tiny", "--problem", "pbe/int-0", "--problem", "pbe/list-1", "--steps", "1",
+                    "--group", "2", "--batch", "2", "--max-tokens", "160", "--probe-every", "0",
+                    "--train-reward", reward, "--out", str(tmp_path / reward), timeout=600, check=False)
+    logs = {}
+    for reward in ("vector", "improvement"):
+        r = step(reward)
+        assert r.returncode == 0, r.stderr[-1500:]
+        logs[reward] = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")][0]
+    assert logs["vector"]["train_reward"] == "vector" and logs["improvement"]["train_reward"] == "improvement"
+    assert logs["vector"]["mean_set_reward"] == logs["improvement"]["mean_set_reward"]  # the same samples
+    assert logs["improvement"]["algo_reward"] < logs["vector"]["algo_reward"]  # the seed's tests are not rewarded
+    r = step("novel")
+    errors = [x for x in r.stderr.splitlines() if "error" in x]
+    assert r.returncode == 2 and len(errors) == 1 and "needs a campaign's archive" in errors[0]

@@ -330,21 +330,25 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     """Each seed's summary as its run ends, then the arm's mean with its 95% interval."""
     from .curves import ci95
 
-    solved = []
+    solved, done = [], []
     for seed, run_dir, summary in results:
         rep.summary(f"run {run_dir}", seed=seed, **_flat_summary(summary))
         _print_summary(run_dir, summary)
         solved.append(summary["solved"])
+        done.append((seed, run_dir, summary))
     rep.close()
     mean, half = ci95(solved)
+    stops = sorted({str(summary.get("stopped_by")) for _, _, summary in done})
     print(f"{len(solved)} seeds in {folder}: solved {mean:.3g} ± {half:.3g} (mean, 95% CI half-width) of "
-          f"{summary['problems']} problems; compare with `vevo curves {folder}` and `vevo report {folder} --out R`")
+          f"{summary['problems']} problems; stopped by {', '.join(stops)}; compare with `vevo curves {folder}` "
+          f"and `vevo report {folder} --out R`")
 
 
 def _print_summary(run_dir: Path, s: dict) -> None:
     skipped = s.get("skipped_problems") or []
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
-          f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else ""))
+          f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else "") +
+          (f"; stopped by {s['stopped_by']}" if str(s.get("stopped_by")).startswith("budget.") else ""))
     for line in skipped:
         print(f"  skipped {printable(line, False)}")
     for w in s.get("warnings") or []:
@@ -415,8 +419,7 @@ def _run_summary(run_dir) -> dict:
         s["compute"] = account(a.metrics_rows(), rows)
         budget = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {}).get("iterations")
     s["budget"] = budget
-    finished = (budget is not None and s["iterations"] >= int(budget)) or bool(s["problems"]) and \
-        s["solved"] >= s["problems"]
+    finished = s["stopped_by"] is not None  # its iterations, a budget (search.budget) or every problem solved
     s["status"] = liveness.run_status(run_dir, finished)
     return s
 
@@ -426,7 +429,7 @@ _STATUS_WORDS = {
     "crashed": "crashed: interrupted without a clean stop (kill -9, out of memory, power loss; running.json is "
                "left behind and its process is gone); `vevo resume {d}` continues it",
     "stopped": "stopped at iteration {it} of {budget} (Ctrl-C or an error); `vevo resume {d}` continues it",
-    "finished": "finished",
+    "finished": "finished ({why})",
 }
 
 
@@ -434,7 +437,9 @@ def _print_run(run_dir: Path, s: dict, code: bool = False) -> None:
     from .compute import describe
 
     _print_summary(run_dir, s)
-    print("status: " + _STATUS_WORDS[s["status"]].format(d=run_dir, it=s["iterations"], budget=s["budget"]))
+    why = {"iterations": "its iterations are spent", "solved": "every problem solved"}.get(
+        s["stopped_by"], f"stopped by {s['stopped_by']}")
+    print("status: " + _STATUS_WORDS[s["status"]].format(d=run_dir, it=s["iterations"], budget=s["budget"], why=why))
     if s["isolation"]:
         print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
     print(describe(s["compute"]))
@@ -560,6 +565,8 @@ def cmd_report(args) -> int:
         diffs = arms.compare(runs)
     except ValueError as e:  # an archive.db that is not a vevo archive
         raise UserError(str(e))
+    for r in data.run_data:
+        print(printable(report.stop_line(r), newlines=False))
     for d in diffs:
         print(printable(d.line(), newlines=False))
     index = report.render(data, out, args.x, extra_html=arms.comparison_html(diffs))

@@ -219,6 +219,22 @@ def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iteration
     yield from _seed_loop(cfg, seeds, folder, progress, resuming=True, iterations=iterations)
 
 
+SEED_RESULT = "result.json"  # in each seed's run folder of a seeds folder: `seed_result`, written as it ends
+
+
+def seed_result(seed: int, summary: dict) -> dict:
+    """One seed's outcome as kept in its folder's result.json: the totals, what stopped it (evolve/budget.py)
+    and, per problem, the iteration of its first solve (None: never) and its best scalar, so per-problem
+    statistics need no archive."""
+    best = summary.get("best") or {}
+    first = summary.get("solved_problems") or {}
+    probs = sorted(set(best) | set(first))
+    return {"seed": seed, **{k: summary.get(k) for k in ("iterations", "evaluations", "solved", "problems",
+                                                          "stopped_by", "spent", "budgets")},
+            "per_problem": {p: {"first_solve": first.get(p), "best": (best.get(p) or {}).get("scalar")}
+                            for p in probs}}
+
+
 def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resuming: bool, iterations=None):
     from .arms import seed_dir
 
@@ -229,11 +245,13 @@ def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resum
             rep.prefix = f"seed {s} ({i + 1}/{len(seeds)}): "
             run_dir = seed_dir(out, s)
             if resuming and (run_dir / CONFIG_NAME).is_file():
-                yield s, run_dir, resume(run_dir, rep, iterations=iterations)
+                summary = resume(run_dir, rep, iterations=iterations)
             else:
                 one = cfg.model_copy(deep=True)
                 one.seed, one.out = s, str(run_dir)
-                yield s, *start(one, rep)
+                run_dir, summary = start(one, rep)
+            (run_dir / SEED_RESULT).write_text(json.dumps(seed_result(s, summary)) + "\n", encoding="utf-8")
+            yield s, run_dir, summary
     finally:
         rep.context, rep.prefix = {}, ""
         if rep is not progress:

@@ -650,7 +650,48 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _eval_run_setup(args, rep):
+    """`vevo eval --run RUN`: the run's policy (final, or --version) and its problems (default: the run's own;
+    --suite / --problem: those, e.g. problems it never saw); the run's m, max tokens and temperature unless given."""
+    from .policy import load_policy
+
+    if args.proposer:
+        raise UserError("--proposer and --run: give one of them (--run evaluates the run's own proposer)")
+    rep.phase(f"loading the policy of {args.run}")
+    backend, cfg, version = load_policy(args.run, args.version)
+    own = _run_problems(args.run)
+    if args.suite or args.problem:
+        probs = _problems_for(args)
+    else:
+        from .runner import resolve_problems
+
+        by_id = {p.id: p for p in resolve_problems(cfg)}
+        missing = [pid for pid in own if pid not in by_id]
+        if missing:
+            raise UserError(f"{args.run}: its problem {missing[0]!r} is not available now")
+        probs = [by_id[pid] for pid in own]
+    rep.phase(f"starting the sandbox ({args.workers} workers)")
+    settings = {"m": args.answers or cfg.search.answers, "max_tokens": args.max_tokens or cfg.sampling.max_tokens,
+                "temperature": cfg.sampling.temperature}
+    return probs, backend, version, set(own), settings
+
+
+def _run_problems(run_dir: str) -> list[str]:
+    with _open_run(run_dir) as a:
+        return [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
+
+
 def cmd_eval(args) -> int:
+    if args.version is not None and not args.run:
+        raise UserError("--version needs --run")
+    if args.run:
+        return _eval_run(args)
+    if not args.proposer:
+        raise UserError("give --proposer SPEC or --run RUN")
+    if args.answers is None:
+        args.answers = 4
+    if args.max_tokens is None:
+        args.max_tokens = 384
     with _reporter(args) as rep:
         from .study import evaluate_proposer
 
@@ -666,6 +707,38 @@ def cmd_eval(args) -> int:
         print(f"{args.proposer} on {len(probs)} problems, budget n={res['n']} candidates (m={res['m']}):")
         print(f"  best@{k} {res[f'best@{k}']:.4f}  pass@{k} {res[f'pass@{k}']:.4f}  pass@1 {res['pass@1']:.4f}  "
               f"diversity {res['diversity']:.3f}  parse rate {res['parse_rate']:.3f}")
+    return 0
+
+
+def _eval_run(args) -> int:
+    """One JSON object per problem (--json): best@k and pass@k for k = 1..K, whether the run trained on it."""
+    if args.k < 1:
+        raise UserError(f"--k {args.k}: expected >= 1")
+    with _reporter(args) as rep:
+        from .study import evaluate_proposer
+
+        probs, backend, version, own, st = _eval_run_setup(args, rep)
+        try:
+            with _pool(args.workers) as pool:
+                res = evaluate_proposer(backend, probs, pool, k=args.k, m=st["m"], n=args.n, seed=args.seed,
+                                        max_tokens=st["max_tokens"], temperature=st["temperature"], reporter=rep)
+        finally:
+            if hasattr(backend, "close"):
+                backend.close()
+    rows = [{"problem": r["problem"], "own": r["problem"] in own, "run": str(args.run), "policy_version": version,
+             "k": res["k"], "n": res["n"], "m": res["m"], "solved_samples": r["solved"],
+             "best@k": r["best_curve"], "pass@k": r["pass_curve"]} for r in res["problems"]]
+    if args.json:
+        for row in rows:
+            print(json.dumps(machine(row)))
+        return 0
+    k = res["k"]
+    print(f"{args.run} policy v{version} on {len(probs)} problems, n={res['n']} candidates (m={res['m']}):")
+    for row in rows:
+        print(f"  {printable(row['problem'], False)}{'' if row['own'] else ' (not in the run)'}: best@1 "
+              f"{row['best@k'][0]:.4f} best@{k} {row['best@k'][-1]:.4f}  pass@1 {row['pass@k'][0]:.4f} "
+              f"pass@{k} {row['pass@k'][-1]:.4f}")
+    print(f"  mean: best@{k} {res[f'best@{k}']:.4f}  pass@{k} {res[f'pass@{k}']:.4f}")
     return 0
 
 
@@ -871,20 +944,24 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):
         p = sub.add_parser(name, hlp)
-        p.add_argument("--proposer", required=True, metavar="SPEC", help="tiny, hf:PATH, vllm:PATH, openai:URL, ...")
+        p.add_argument("--proposer", required=name == "train", metavar="SPEC",
+                       help="tiny, hf:PATH, vllm:PATH, openai:URL, ..." + (" (or --run)" if name == "eval" else ""))
         p.add_argument("--suite", help="the problems: a suite")
         p.add_argument("--problem", action="append", default=[], metavar="ID", help="the problems: ids (repeatable)")
         pdir(p)
         # train: None = the run config's value (its defaults are a campaign's), shown in the help
-        dflt = (lambda key, v: None) if name == "train" else (lambda key, v: v)  # noqa: E731
+        # train: None = the config's; eval: answers and max tokens None = 4 / 384, or the run's with --run
+        dflt = (lambda key, v: None) if name == "train" else (lambda key, v: v if key == "seed" else None)  # noqa: E731
         from_cfg = " (default: the config's, %s)" if name == "train" else ""
         p.add_argument("--answers", type=int, default=dflt("answers", 4),
-                       help="m answers per completion" + (from_cfg % 4 if from_cfg else ""))
+                       help="m answers per completion" + (from_cfg % 4 if from_cfg else " (default: 4; with --run "
+                                                          "the run's)"))
         p.add_argument("--seed", type=int, default=dflt("seed", 0), help="seeds sampling (and, for train, problem "
                        "order and the LoRA init)" + (from_cfg % 0 if from_cfg else ""))
         p.add_argument("--workers", type=int, default=2, help="sandbox worker processes")
         p.add_argument("--max-tokens", dest="max_tokens", type=int, default=dflt("max_tokens", 384),
-                       help="tokens per completion" + (from_cfg % 384 if from_cfg else ""))
+                       help="tokens per completion" + (from_cfg % 384 if from_cfg else " (default: 384; with "
+                                                       "--run the run's)"))
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         _output_flags(p, name)
         p.set_defaults(fn=fn)
@@ -936,7 +1013,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "
                            "(best@k, pass@k)")
             p.add_argument("--n", type=int, default=None, help="candidates sampled per problem (default: 2k)")
-            p.add_argument("--json", action="store_true", help="the result as one JSON object")
+            p.add_argument("--json", action="store_true", help="the result as one JSON object (with --run: one per "
+                           "problem, its best@k and pass@k lists for k = 1..K)")
+            p.add_argument("--run", metavar="RUN", help="evaluate a campaign's own proposer at its final policy (or "
+                           "--version), on the run's problems unless --suite / --problem choose others; m, max "
+                           "tokens and temperature default to the run's")
+            p.add_argument("--version", type=int, metavar="V", help="with --run: this policy version (0: before "
+                           "any training; the trainer keeps the two newest)")
     p = sub.add_parser("pretrain", "pretrain the tiny proposer on CPU (the bundled one was made this way)")
     p.add_argument("--out", required=True, help="folder for the checkpoint")
     p.add_argument("--minutes", type=float, default=12, help="training time budget")

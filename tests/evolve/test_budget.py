@@ -60,6 +60,15 @@ def test_budget_evaluations_stops_at_first_commit_reaching_it(tmp_path):
     rows = per_iteration(run)
     assert rows[-1][1] >= 60 and rows[-2][1] < 60  # stopped at the first commit that reached it
     assert s["evaluations"] == rows[-1][1] and s["iterations"] == rows[-1][0] < 5000
+    from evolve.ui.store import RunStore
+
+    store = RunStore("run", run)  # the UI tells a budget stop from an interruption too
+    try:
+        assert store.overview()["status"] == "finished"
+        assert store._budget_spent({"evaluations": 60}) and not store._budget_spent({"evaluations": 10**6})
+        assert not store._budget_spent({})
+    finally:
+        store.close()
     # resuming a run whose budget is spent does nothing
     vevo("resume", str(run), "--quiet")
     assert per_iteration(run) == rows

@@ -312,11 +312,14 @@ def cmd_run(args) -> int:
 def cmd_resume(args) -> int:
     from .runner import is_seeds_folder, resume, resume_seeds
 
+    budget = {k: getattr(args, f"budget_{k}") for k in ("evaluations", "seconds", "tokens")
+              if getattr(args, f"budget_{k}") is not None}
     with _reporter(args) as rep:
         if is_seeds_folder(args.run_dir):
-            _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations), rep, Path(args.run_dir))
+            _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations, budget=budget), rep,
+                           Path(args.run_dir))
             return 0
-        summary = resume(args.run_dir, progress=rep, iterations=args.iterations)
+        summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
         rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
     _print_summary(Path(args.run_dir), summary)
     return 0
@@ -894,6 +897,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("resume", "continue a run (or every seed of a seeds folder) from its last checkpoint")
     p.add_argument("run_dir", help="the run folder, or a folder written by `vevo run --seeds`")
     p.add_argument("--iterations", type=int, help="raise the iteration budget")
+    for kind, typ, meta in (("evaluations", int, "N"), ("seconds", float, "S"), ("tokens", int, "K")):
+        p.add_argument(f"--budget-{kind}", dest=f"budget_{kind}", type=typ, metavar=meta,
+                       help=f"set or raise the search.budget.{kind} stop rule for this start")
     _output_flags(p)
     p.set_defaults(fn=cmd_resume)
     p = sub.add_parser("runs", "inspect runs")

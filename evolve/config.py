@@ -99,11 +99,11 @@ class BudgetConfig(StrictModel):
     them is reached, counted from the archive (so a resumed run counts what it did before)."""
 
     evaluations: int | None = Field(None, ge=1, description="stop once this many programs are evaluated (the "
-                                    "seeds included: the x axis of `vevo curves --x evaluations`); None: no limit")
+                                    "seeds included: the x axis of `vevo curves --x evaluations`); unset: no limit")
     seconds: float | None = Field(None, gt=0, description="stop once the run's wall clock (across resumes) "
-                                  "reaches this many seconds; None: no limit")
+                                  "reaches this many seconds; unset: no limit")
     tokens: int | None = Field(None, ge=1, description="stop once the proposer has generated this many tokens; "
-                               "None: no limit")
+                               "unset: no limit")
 
 
 class SearchSection(StrictModel):

@@ -69,9 +69,13 @@ def test_budget_evaluations_stops_at_first_commit_reaching_it(tmp_path):
         assert not store._budget_spent({})
     finally:
         store.close()
-    # resuming a run whose budget is spent does nothing
+    # resuming a run whose budget is spent does nothing; a raised budget continues it to the new one
     vevo("resume", str(run), "--quiet")
     assert per_iteration(run) == rows
+    vevo("resume", str(run), "--quiet", "--budget-evaluations", "90")
+    more = per_iteration(run)
+    assert more[: len(rows)] == rows and more[-1][1] >= 90 > more[-2][1]
+    assert show(run)["budgets"] == {"evaluations": 90}
     # the report names the stop for each run
     r = vevo("report", str(run), "--out", str(tmp_path / "rep"))
     assert "stopped by budget.evaluations" in r.stdout

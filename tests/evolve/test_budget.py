@@ -87,7 +87,7 @@ def test_budget_survives_kill_nine_and_resume(tmp_path, depth):
     """The count comes from the archive: killed twice and resumed, the run stops where an uninterrupted one
     with the same seed stops (at depth 3 the stop drops batches in flight; the checkpoint still lists them)."""
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
-    args = [*IDS, "--proposer", f"replay:{replay}", "--iterations", "5000", *BASE, "--budget-evaluations", "400",
+    args = [*IDS, "--proposer", f"replay:{replay}", "--iterations", "5000", *BASE, "--budget-evaluations", "250",
             "--pipeline-depth", str(depth)]
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", *args, "--out", str(ref))
@@ -95,7 +95,7 @@ def test_budget_survives_kill_nine_and_resume(tmp_path, depth):
     for k, cmd in enumerate((["run", *args, "--out", str(run)], ["resume", str(run), "--quiet"])):
         p = subprocess.Popen([sys.executable, "-m", "evolve.cli", *cmd], cwd=str(ROOT), env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        reached_it = wait_for_iteration(run, 15 * (k + 1), timeout=120, poll=0.005)
+        reached_it = wait_for_iteration(run, 8 * (k + 1), timeout=120, poll=0.005)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
         assert reached_it

@@ -25,7 +25,7 @@ def rows(*args: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def test_eval_run_final_and_given_version_per_problem(trained):
+def test_eval_run_final_policy_per_problem(trained):
     final = rows("--run", str(trained))
     assert [r["problem"] for r in final] == [PROBLEM] and final[0]["own"] is True
     r = final[0]
@@ -33,7 +33,9 @@ def test_eval_run_final_and_given_version_per_problem(trained):
     for key in ("best@k", "pass@k"):
         assert len(r[key]) == 3 and all(0.0 <= v <= 1.0 for v in r[key])
         assert r[key] == sorted(r[key])  # read on the same samples at every k: non-decreasing
-    # the policy before training, on a problem the run never saw
+
+
+def test_eval_run_version_zero_on_a_problem_the_run_never_saw(trained):
     other = rows("--run", str(trained), "--version", "0", "--problem", "pbe/list-1")
     assert [(x["problem"], x["own"], x["policy_version"]) for x in other] == [("pbe/list-1", False, 0)]
 

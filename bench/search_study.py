@@ -87,11 +87,17 @@ def measure(run_dir: Path, iterations: int) -> dict:
 
     db = run_dir / "archive.db"
     xs, solved, best = run_curves(db, "iterations")
+    from evolve.campaign import summarize
+    from evolve.runner import seed_result
+
     with Archive(db, readonly=True) as a:
         metrics, training = a.metrics_rows(), a.training_rows()
+        summary = summarize(a)
     it, wall = wall_clock(metrics)
     auc, at_t = _area(xs, best, iterations, 1.0)
+    kept = seed_result(-1, summary)  # per problem: first solve iteration (None: never) and best scalar
     return {"best_auc": auc, "best": at_t, "solved": _area(xs, solved, iterations, 1.0)[1],
+            "per_problem": kept["per_problem"], "stopped_by": kept["stopped_by"],
             "curve": (xs.tolist(), best.tolist(), solved.tolist()), "clock": (it.tolist(), wall.tolist()),
             "account": account(metrics, training), "learning": learning(training)}
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from problems.errors import VevoError
 
-from .stats import t95
+from .stats import sign_flip_p, t95
 from .verdict import noise_words
 
 SEED_DIR = re.compile(r"seed-(\d+)")
@@ -143,6 +143,7 @@ class Difference:
     n_a: int
     n_b: int
     method: str  # "paired by seed (n pairs)", "Welch (unpaired)", or why there is no interval
+    p_sign_flip: float = math.nan  # paired: the sign-flip permutation test's two-sided p (evolve/stats.py)
 
     @property
     def words(self) -> str:
@@ -151,6 +152,8 @@ class Difference:
 
     def line(self) -> str:
         ci = f"95% CI [{self.lo:+.3g}, {self.hi:+.3g}]" if math.isfinite(self.lo) else "no CI"
+        if math.isfinite(self.p_sign_flip):
+            ci += f", sign-flip p {self.p_sign_flip:.3g}"
         return (f"{self.metric}: {self.b} {self.mean_b:.3g} vs {self.a} {self.mean_a:.3g} (n={self.n_b}, "
                 f"{self.n_a}): difference {self.diff:+.3g}, {ci}, {self.method}: {self.words}")
 
@@ -162,13 +165,14 @@ def difference(a: dict[Any, float], b: dict[Any, float], metric: str = "", names
     va, vb = np.array(list(a.values()), float), np.array(list(b.values()), float)
     ma, mb = float(va.mean()) if va.size else math.nan, float(vb.mean()) if vb.size else math.nan
     diff = mb - ma
-    lo = hi = math.nan
+    lo = hi = p_perm = math.nan
     if set(a) == set(b) and len(a) >= 2:
         keys = sorted(a, key=str)
         d = np.array([b[k] - a[k] for k in keys], float)
         sd = float(d.std(ddof=1))
         half = t95(d.size - 1) * (sd if sd > 1e-12 * max(1.0, float(np.abs(d).max())) else 0.0) / math.sqrt(d.size)
         lo, hi, method = diff - half, diff + half, f"paired by seed ({d.size} pairs)"
+        p_perm = sign_flip_p(d)
     elif va.size >= 2 and vb.size >= 2:
         sa, sb = float(va.var(ddof=1)) / va.size, float(vb.var(ddof=1)) / vb.size
         se = math.sqrt(sa + sb)
@@ -180,7 +184,7 @@ def difference(a: dict[Any, float], b: dict[Any, float], metric: str = "", names
         lo, hi, method = diff - half, diff + half, "Welch (unpaired: the seeds differ)"
     else:
         method = "one run in an arm: run more seeds for an interval"
-    return Difference(metric, names[0], names[1], ma, mb, diff, lo, hi, int(va.size), int(vb.size), method)
+    return Difference(metric, names[0], names[1], ma, mb, diff, lo, hi, int(va.size), int(vb.size), method, p_perm)
 
 
 def compare(arms: dict[str, list[str | Path]], metrics: tuple[str, ...] = tuple(METRICS)) -> list[Difference]:

@@ -32,6 +32,7 @@ restores the last checkpoint and continues exactly where the uninterrupted run w
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -49,7 +50,7 @@ from proposer.answers import feedback, scoring
 from proposer.answers.mutate import normalized_hash
 from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
 
-from . import health
+from . import budget, health
 from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
 from .config import CampaignConfig
 from .hooks import TrainerHook
@@ -159,11 +160,14 @@ class Campaign:
         self.evals_run = 0  # sandbox evaluations this process ran, for the rate
         self._rate = Rate(0)
         self._clock = (time.monotonic(), 0.0)  # wall_seconds = now - [0] + [1]: the run's time before this start
+        self.spent = budget.Spent()  # committed totals (evolve/budget.py), read back from the archive on resume
 
     # ------------------------------------------------------------------ the run
     def run(self) -> dict:
-        """Run (or continue) until cfg.search.iterations island steps are recorded or every problem is retired."""
+        """Run (or continue) until cfg.search.iterations island steps are recorded, every problem is retired, or
+        a budget (search.budget) is reached."""
         self._clock = (time.monotonic(), 0.0)
+        self.spent = budget.Spent()
         pending = self._restore()
         if pending is None:
             self._start()
@@ -173,12 +177,22 @@ class Campaign:
         self._rate = Rate(self.evals_run)
         self.reporter.begin(self.cfg.search.iterations, self.iteration)
         try:
-            self.pipeline.run(self, pending, self.iteration + 1 + len(pending), self.cfg.search.iterations)
+            if not self.stopped():  # a budget spent before a kill: nothing more to do
+                self.pipeline.run(self, pending, self.iteration + 1 + len(pending), self.cfg.search.iterations)
             if self.trainer is not None:
                 self.trainer.drain(self)  # a step still on the learner thread is published with the run's end
         finally:
             self.reporter.end()
         return self.summary()
+
+    def stop_reason(self) -> str | None:
+        """The budget the committed totals have reached (``budget.evaluations`` ...), None while none is."""
+        return budget.reached(self.cfg.search.budget, self.spent)
+
+    def stopped(self) -> bool:
+        """Asked by the pipeline after every commit: a budget is reached, so nothing more is prepared or
+        committed."""
+        return self.stop_reason() is not None
 
     def summary(self) -> dict:
         return summarize(self.archive)
@@ -207,6 +221,7 @@ class Campaign:
         # dedupe index, best scores, baselines, first solves; the health monitor sees the same iterations again
         done = replay(self.archive, it, self.problems, pop.known, self.health, self.cfg.search.answers)
         pop.best, pop.baseline, pop.solved, pop.seeds = done.best, done.baseline, done.solved, done.seeds
+        self.spent = budget.spent(self.archive.n_evaluations(), self.archive.metrics_rows())
         if done.wall_seconds is not None:  # the clock continues where it stopped
             self._clock = (self._clock[0], done.wall_seconds)
         pop.restore(st, loop["next_key"])
@@ -225,7 +240,7 @@ class Campaign:
         pop.in_flight = batches
         pop.cache.load_many(live_ids(pop.islands.values(), batches), self.archive)  # members in use, in a few reads
         for b in batches:  # prepared, in generation when the run stopped: the same prompt and seed again,
-            if not b.generated:  # before a training step due at this checkpoint publishes a newer policy
+            if not b.generated and not self.stopped():  # before a training step due at this checkpoint publishes a newer policy
                 self.generate(b)
         if self.trainer is not None:
             self.trainer.on_restore(self)
@@ -249,6 +264,7 @@ class Campaign:
         metrics["wall_seconds"] = round(time.monotonic() - self._clock[0] + self._clock[1], 3)
         ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending),
                                             portfolio)
+        self.spent.add(len(ids), metrics)
         self.population.saved()
         return ids
 
@@ -430,9 +446,13 @@ class Campaign:
 
 
 def summarize(archive: Archive) -> dict:
+    """A run's summary from its archive; ``stopped_by``: what ended it (evolve/budget.py: a budget,
+    ``iterations``, ``solved``, or None while it runs or after an interruption)."""
     probs = json.loads(archive.get_meta("problems", "[]") or "[]")
     solved = archive.solved_problems()
+    why, spent, limits = budget.run_state(archive)
     return {"problems": len(probs), "solved": len(solved), "solved_problems": solved,
+            "stopped_by": why, "spent": dataclasses.asdict(spent), "budgets": limits,
             "iterations": archive.last_iteration() or 0, "evaluations": archive.n_evaluations(),
             "status_counts": archive.status_counts(), "best": archive.best_programs(),
             "warnings": [{"iteration": it, "text": w} for it, w in archive.warnings()],

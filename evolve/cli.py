@@ -312,11 +312,14 @@ def cmd_run(args) -> int:
 def cmd_resume(args) -> int:
     from .runner import is_seeds_folder, resume, resume_seeds
 
+    budget = {k: getattr(args, f"budget_{k}") for k in ("evaluations", "seconds", "tokens")
+              if getattr(args, f"budget_{k}") is not None}
     with _reporter(args) as rep:
         if is_seeds_folder(args.run_dir):
-            _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations), rep, Path(args.run_dir))
+            _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations, budget=budget), rep,
+                           Path(args.run_dir))
             return 0
-        summary = resume(args.run_dir, progress=rep, iterations=args.iterations)
+        summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
         rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
     _print_summary(Path(args.run_dir), summary)
     return 0
@@ -330,21 +333,25 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     """Each seed's summary as its run ends, then the arm's mean with its 95% interval."""
     from .curves import ci95
 
-    solved = []
+    solved, done = [], []
     for seed, run_dir, summary in results:
         rep.summary(f"run {run_dir}", seed=seed, **_flat_summary(summary))
         _print_summary(run_dir, summary)
         solved.append(summary["solved"])
+        done.append((seed, run_dir, summary))
     rep.close()
     mean, half = ci95(solved)
+    stops = sorted({str(summary.get("stopped_by")) for _, _, summary in done})
     print(f"{len(solved)} seeds in {folder}: solved {mean:.3g} ± {half:.3g} (mean, 95% CI half-width) of "
-          f"{summary['problems']} problems; compare with `vevo curves {folder}` and `vevo report {folder} --out R`")
+          f"{summary['problems']} problems; stopped by {', '.join(stops)}; compare with `vevo curves {folder}` "
+          f"and `vevo report {folder} --out R`")
 
 
 def _print_summary(run_dir: Path, s: dict) -> None:
     skipped = s.get("skipped_problems") or []
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
-          f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else ""))
+          f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else "") +
+          (f"; stopped by {s['stopped_by']}" if str(s.get("stopped_by")).startswith("budget.") else ""))
     for line in skipped:
         print(f"  skipped {printable(line, False)}")
     for w in s.get("warnings") or []:
@@ -415,8 +422,7 @@ def _run_summary(run_dir) -> dict:
         s["compute"] = account(a.metrics_rows(), rows)
         budget = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {}).get("iterations")
     s["budget"] = budget
-    finished = (budget is not None and s["iterations"] >= int(budget)) or bool(s["problems"]) and \
-        s["solved"] >= s["problems"]
+    finished = s["stopped_by"] is not None  # its iterations, a budget (search.budget) or every problem solved
     s["status"] = liveness.run_status(run_dir, finished)
     return s
 
@@ -426,7 +432,7 @@ _STATUS_WORDS = {
     "crashed": "crashed: interrupted without a clean stop (kill -9, out of memory, power loss; running.json is "
                "left behind and its process is gone); `vevo resume {d}` continues it",
     "stopped": "stopped at iteration {it} of {budget} (Ctrl-C or an error); `vevo resume {d}` continues it",
-    "finished": "finished",
+    "finished": "finished ({why})",
 }
 
 
@@ -434,7 +440,9 @@ def _print_run(run_dir: Path, s: dict, code: bool = False) -> None:
     from .compute import describe
 
     _print_summary(run_dir, s)
-    print("status: " + _STATUS_WORDS[s["status"]].format(d=run_dir, it=s["iterations"], budget=s["budget"]))
+    why = {"iterations": "its iterations are spent", "solved": "every problem solved"}.get(
+        s["stopped_by"], f"stopped by {s['stopped_by']}")
+    print("status: " + _STATUS_WORDS[s["status"]].format(d=run_dir, it=s["iterations"], budget=s["budget"], why=why))
     if s["isolation"]:
         print(f"sandbox: {printable((s['isolation'] or {}).get('summary'), False)}")
     print(describe(s["compute"]))
@@ -560,6 +568,8 @@ def cmd_report(args) -> int:
         diffs = arms.compare(runs)
     except ValueError as e:  # an archive.db that is not a vevo archive
         raise UserError(str(e))
+    for r in data.run_data:
+        print(printable(report.stop_line(r), newlines=False))
     for d in diffs:
         print(printable(d.line(), newlines=False))
     index = report.render(data, out, args.x, extra_html=arms.comparison_html(diffs))
@@ -643,7 +653,48 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _eval_run_setup(args, rep):
+    """`vevo eval --run RUN`: the run's policy (final, or --version) and its problems (default: the run's own;
+    --suite / --problem: those, e.g. problems it never saw); the run's m, max tokens and temperature unless given."""
+    from .policy import load_policy
+
+    if args.proposer:
+        raise UserError("--proposer and --run: give one of them (--run evaluates the run's own proposer)")
+    rep.phase(f"loading the policy of {args.run}")
+    backend, cfg, version = load_policy(args.run, args.version)
+    own = _run_problems(args.run)
+    if args.suite or args.problem:
+        probs = _problems_for(args)
+    else:
+        from .runner import resolve_problems
+
+        by_id = {p.id: p for p in resolve_problems(cfg)}
+        missing = [pid for pid in own if pid not in by_id]
+        if missing:
+            raise UserError(f"{args.run}: its problem {missing[0]!r} is not available now")
+        probs = [by_id[pid] for pid in own]
+    rep.phase(f"starting the sandbox ({args.workers} workers)")
+    settings = {"m": args.answers or cfg.search.answers, "max_tokens": args.max_tokens or cfg.sampling.max_tokens,
+                "temperature": cfg.sampling.temperature}
+    return probs, backend, version, set(own), settings
+
+
+def _run_problems(run_dir: str) -> list[str]:
+    with _open_run(run_dir) as a:
+        return [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
+
+
 def cmd_eval(args) -> int:
+    if args.version is not None and not args.run:
+        raise UserError("--version needs --run")
+    if args.run:
+        return _eval_run(args)
+    if not args.proposer:
+        raise UserError("give --proposer SPEC or --run RUN")
+    if args.answers is None:
+        args.answers = 4
+    if args.max_tokens is None:
+        args.max_tokens = 384
     with _reporter(args) as rep:
         from .study import evaluate_proposer
 
@@ -659,6 +710,38 @@ def cmd_eval(args) -> int:
         print(f"{args.proposer} on {len(probs)} problems, budget n={res['n']} candidates (m={res['m']}):")
         print(f"  best@{k} {res[f'best@{k}']:.4f}  pass@{k} {res[f'pass@{k}']:.4f}  pass@1 {res['pass@1']:.4f}  "
               f"diversity {res['diversity']:.3f}  parse rate {res['parse_rate']:.3f}")
+    return 0
+
+
+def _eval_run(args) -> int:
+    """One JSON object per problem (--json): best@k and pass@k for k = 1..K, whether the run trained on it."""
+    if args.k < 1:
+        raise UserError(f"--k {args.k}: expected >= 1")
+    with _reporter(args) as rep:
+        from .study import evaluate_proposer
+
+        probs, backend, version, own, st = _eval_run_setup(args, rep)
+        try:
+            with _pool(args.workers) as pool:
+                res = evaluate_proposer(backend, probs, pool, k=args.k, m=st["m"], n=args.n, seed=args.seed,
+                                        max_tokens=st["max_tokens"], temperature=st["temperature"], reporter=rep)
+        finally:
+            if hasattr(backend, "close"):
+                backend.close()
+    rows = [{"problem": r["problem"], "own": r["problem"] in own, "run": str(args.run), "policy_version": version,
+             "k": res["k"], "n": res["n"], "m": res["m"], "solved_samples": r["solved"],
+             "best@k": r["best_curve"], "pass@k": r["pass_curve"]} for r in res["problems"]]
+    if args.json:
+        for row in rows:
+            print(json.dumps(machine(row)))
+        return 0
+    k = res["k"]
+    print(f"{args.run} policy v{version} on {len(probs)} problems, n={res['n']} candidates (m={res['m']}):")
+    for row in rows:
+        print(f"  {printable(row['problem'], False)}{'' if row['own'] else ' (not in the run)'}: best@1 "
+              f"{row['best@k'][0]:.4f} best@{k} {row['best@k'][-1]:.4f}  pass@1 {row['pass@k'][0]:.4f} "
+              f"pass@{k} {row['pass@k'][-1]:.4f}")
+    print(f"  mean: best@{k} {res[f'best@{k}']:.4f}  pass@{k} {res[f'pass@{k}']:.4f}")
     return 0
 
 
@@ -814,6 +897,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("resume", "continue a run (or every seed of a seeds folder) from its last checkpoint")
     p.add_argument("run_dir", help="the run folder, or a folder written by `vevo run --seeds`")
     p.add_argument("--iterations", type=int, help="raise the iteration budget")
+    for kind, typ, meta in (("evaluations", int, "N"), ("seconds", float, "S"), ("tokens", int, "K")):
+        p.add_argument(f"--budget-{kind}", dest=f"budget_{kind}", type=typ, metavar=meta,
+                       help=f"set or raise the search.budget.{kind} stop rule for this start")
     _output_flags(p)
     p.set_defaults(fn=cmd_resume)
     p = sub.add_parser("runs", "inspect runs")
@@ -864,20 +950,24 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),
                           ("eval", cmd_eval, "best@k / pass@k / diversity of a proposer")):
         p = sub.add_parser(name, hlp)
-        p.add_argument("--proposer", required=True, metavar="SPEC", help="tiny, hf:PATH, vllm:PATH, openai:URL, ...")
+        p.add_argument("--proposer", required=name == "train", metavar="SPEC",
+                       help="tiny, hf:PATH, vllm:PATH, openai:URL, ..." + (" (or --run)" if name == "eval" else ""))
         p.add_argument("--suite", help="the problems: a suite")
         p.add_argument("--problem", action="append", default=[], metavar="ID", help="the problems: ids (repeatable)")
         pdir(p)
         # train: None = the run config's value (its defaults are a campaign's), shown in the help
-        dflt = (lambda key, v: None) if name == "train" else (lambda key, v: v)  # noqa: E731
+        # train: None = the config's; eval: answers and max tokens None = 4 / 384, or the run's with --run
+        dflt = (lambda key, v: None) if name == "train" else (lambda key, v: v if key == "seed" else None)  # noqa: E731
         from_cfg = " (default: the config's, %s)" if name == "train" else ""
         p.add_argument("--answers", type=int, default=dflt("answers", 4),
-                       help="m answers per completion" + (from_cfg % 4 if from_cfg else ""))
+                       help="m answers per completion" + (from_cfg % 4 if from_cfg else " (default: 4; with --run "
+                                                          "the run's)"))
         p.add_argument("--seed", type=int, default=dflt("seed", 0), help="seeds sampling (and, for train, problem "
                        "order and the LoRA init)" + (from_cfg % 0 if from_cfg else ""))
         p.add_argument("--workers", type=int, default=2, help="sandbox worker processes")
         p.add_argument("--max-tokens", dest="max_tokens", type=int, default=dflt("max_tokens", 384),
-                       help="tokens per completion" + (from_cfg % 384 if from_cfg else ""))
+                       help="tokens per completion" + (from_cfg % 384 if from_cfg else " (default: 384; with "
+                                                       "--run the run's)"))
         p.add_argument("--chat", choices=["auto", "true", "false"], help="chat template (default: auto)")
         _output_flags(p, name)
         p.set_defaults(fn=fn)
@@ -929,7 +1019,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "
                            "(best@k, pass@k)")
             p.add_argument("--n", type=int, default=None, help="candidates sampled per problem (default: 2k)")
-            p.add_argument("--json", action="store_true", help="the result as one JSON object")
+            p.add_argument("--json", action="store_true", help="the result as one JSON object (with --run: one per "
+                           "problem, its best@k and pass@k lists for k = 1..K)")
+            p.add_argument("--run", metavar="RUN", help="evaluate a campaign's own proposer at its final policy (or "
+                           "--version), on the run's problems unless --suite / --problem choose others; m, max "
+                           "tokens and temperature default to the run's")
+            p.add_argument("--version", type=int, metavar="V", help="with --run: this policy version (0: before "
+                           "any training; the trainer keeps the two newest)")
     p = sub.add_parser("pretrain", "pretrain the tiny proposer on CPU (the bundled one was made this way)")
     p.add_argument("--out", required=True, help="folder for the checkpoint")
     p.add_argument("--minutes", type=float, default=12, help="training time budget")

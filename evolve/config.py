@@ -94,6 +94,18 @@ class MigrationConfig(StrictModel):
     count: int = Field(1, ge=0, description="programs each island sends to the next at a migration")
 
 
+class BudgetConfig(StrictModel):
+    """Stop rules beside search.iterations (evolve/budget.py): the run stops at the commit where the first of
+    them is reached, counted from the archive (so a resumed run counts what it did before)."""
+
+    evaluations: int | None = Field(None, ge=1, description="stop once this many programs are evaluated (the "
+                                    "seeds included: the x axis of `vevo curves --x evaluations`); unset: no limit")
+    seconds: float | None = Field(None, gt=0, description="stop once the run's wall clock (across resumes) "
+                                  "reaches this many seconds; unset: no limit")
+    tokens: int | None = Field(None, ge=1, description="stop once the proposer has generated this many tokens; "
+                               "unset: no limit")
+
+
 class SearchSection(StrictModel):
     """The shape of the evolution: budget, islands, groups, selection and migration."""
 
@@ -116,6 +128,7 @@ class SearchSection(StrictModel):
     top_k: int = Field(4, ge=1, description="strategy topk: the best programs of an island a parent is drawn from")
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     migration: MigrationConfig = Field(default_factory=MigrationConfig)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
 
     @field_validator("strategy")
     @classmethod

@@ -81,6 +81,10 @@ class Stages(Protocol[S]):
     def commit(self, screened: S, in_flight: list[Batch]) -> None:
         """In the loop's thread, in iteration order; ``in_flight``: the batches still to commit after it."""
 
+    def stopped(self) -> bool:
+        """After every commit (optional; absent: never): True ends the run there, the batches in flight are
+        dropped uncommitted (a budget is reached, evolve/budget.py)."""
+
 
 class Pipeline(Generic[S]):
     def __init__(self, depth: int, concurrent: bool, reporter: Reporter):
@@ -93,6 +97,7 @@ class Pipeline(Generic[S]):
         just before ``t``) in order, then prepare and commit iterations ``t`` through ``last`` (fewer when
         `Stages.prepare` has nothing left)."""
         depth, rep = self.depth, self.reporter
+        stopped = getattr(stages, "stopped", lambda: False)
         gen_pool = ThreadPoolExecutor(depth + 1, thread_name_prefix="vevo-gen") if self.concurrent else None
         lanes = [_EvalThread(partial(self._lane_work, stages)) for _ in range(depth)]  # t goes to lane t % depth
         flight: deque[tuple[Batch, _EvalThread | None]] = deque()
@@ -112,9 +117,9 @@ class Pipeline(Generic[S]):
         try:
             for b in resumed:  # generated before a crash, never committed: evaluated again, in order
                 flight.append((b, submit(b)))
-            while len(flight) > depth:  # a run resumed with a smaller depth (an edited config) drains down to it
+            while len(flight) > depth and not stopped():  # a run resumed with a smaller depth drains down to it
                 commit_oldest(None)
-            while True:
+            while not stopped():
                 nxt = stages.prepare(t, [x for x, _ in flight]) if t <= last else None
                 if nxt is not None:
                     rep.phase(f"generating iteration {t}", log=False)
@@ -124,6 +129,8 @@ class Pipeline(Generic[S]):
                     stages.generate(nxt)
                 if flight and (len(flight) >= depth or nxt is None):  # back-pressure: at most depth in flight
                     commit_oldest(nxt)
+                    if stopped():  # a budget is reached: nxt and the batches in flight are never committed
+                        break
                 if nxt is None:
                     if not flight:
                         break

@@ -165,6 +165,30 @@ def _proposers_table(data: ReportData) -> str:
     return "\n".join(rows) + "</table>"
 
 
+def stop_line(r: RunData) -> str:
+    """What stopped one run (evolve/budget.py) and its totals against the budgets set, in one line."""
+    sp, lim = r.summary.get("spent") or {}, r.summary.get("budgets") or {}
+    why = r.summary.get("stopped_by")
+    what = {"iterations": "its iterations", "solved": "every problem solved", None: "nothing yet (running or "
+            "interrupted)"}.get(why, why)
+    return (f"{r.name}: stopped by {what}; {r.summary.get('iterations', 0)} iterations, "
+            f"{sp.get('evaluations', 0)} evaluations, {sp.get('tokens', 0)} tokens, {sp.get('seconds', 0.0):.1f}s"
+            + (" (budgets: " + ", ".join(f"{k} {v:g}" for k, v in lim.items()) + ")" if lim else ""))
+
+
+def _stops_table(data: ReportData) -> str:
+    """Per run: what stopped it, and its totals (equal-compute comparisons read this first)."""
+    rows = ["<table id='stops'><tr><th>run</th><th>stopped by</th><th>iterations</th><th>evaluations</th>"
+            "<th>tokens</th><th>wall s</th><th>budgets</th></tr>"]
+    for r in data.run_data:
+        sp, lim = r.summary.get("spent") or {}, r.summary.get("budgets") or {}
+        rows.append(f"<tr><td>{_e(r.name)}</td><td>{_e(r.summary.get('stopped_by') or '-')}</td>"
+                    f"<td>{r.summary.get('iterations', 0)}</td><td>{sp.get('evaluations', 0)}</td>"
+                    f"<td>{sp.get('tokens', 0)}</td><td>{sp.get('seconds', 0.0):.1f}</td>"
+                    f"<td>{_e(', '.join(f'{k} {v:g}' for k, v in lim.items()) or '-')}</td></tr>")
+    return "\n".join(rows) + "</table>"
+
+
 def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations", extra_html: str = "") -> Path:
     """Write the UI's pages as static files (evolve/ui/freeze.py): index.html is its comparison page, then the
     curves, each run's problems, problem pages, best and first-solving programs, and training. Next to them
@@ -177,6 +201,9 @@ def render(data: ReportData, out_dir: str | Path, x: Axis = "iterations", extra_
     runs = {label: [Path(db).parent for db in dbs] for label, dbs in data.runs.items()}
     title = f"vevo report: {', '.join(r.name for r in data.run_data)}"
     sections = extra_html  # report-only sections (tables that need whole archives) go after the curves
+    sections += ("<h2>Stops</h2><p class='note'>What ended each run: its iterations, every problem solved, or a "
+                 "budget (search.budget: evaluations, wall seconds, generated tokens; the first reached).</p>"
+                 + _stops_table(data))
     if any(r.proposers for r in data.run_data):
         sections += ("<h2>Proposers</h2><p class='note'>Per portfolio member (a run with one proposer has one): an "
                      "improvement is a program that beats max(parent, seed) or passes a test its parent fails; a "

@@ -168,11 +168,15 @@ def start(cfg: CampaignConfig, progress: bool | Reporter = True, **kw) -> tuple[
     return run_dir, _finish(camp, progress)
 
 
-def resume(run_dir: str | Path, progress: bool | Reporter = True, iterations: int | None = None, **kw) -> dict:
+def resume(run_dir: str | Path, progress: bool | Reporter = True, iterations: int | None = None,
+           budget: dict | None = None, **kw) -> dict:
+    """Continue a run from its own config; ``iterations`` / ``budget`` ({kind: limit}, search.budget) move its
+    stop rules for this start (as `vevo resume --iterations` / ``--budget-*``)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_NAME).is_file():
         raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
-    cfg = load_run_config(run_dir / CONFIG_NAME, {"search.iterations": iterations})
+    cfg = load_run_config(run_dir / CONFIG_NAME, {"search.iterations": iterations,
+                                                  **{f"search.budget.{k}": v for k, v in (budget or {}).items()}})
     if (run_dir / "archive.db").exists():  # absent: killed before the archive was created, so start it
         check_archive_file(run_dir / "archive.db")  # before the proposer and sandbox start: fail fast
     return _finish(open_campaign(cfg, run_dir, progress, **kw), progress)
@@ -202,7 +206,8 @@ def start_seeds(cfg: CampaignConfig, seeds: list[int], progress: bool | Reporter
     yield from _seed_loop(cfg, seeds, out, progress, resuming=False)
 
 
-def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iterations: int | None = None):
+def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iterations: int | None = None,
+                 budget: dict | None = None):
     """Continue every seed of a seeds folder: resume those started, start those never reached."""
     import yaml
 
@@ -215,11 +220,31 @@ def resume_seeds(folder: str | Path, progress: bool | Reporter = True, iteration
         raise RunError(f"{folder / SEEDS_NAME}: cannot read the seeds folder's plan ({e})") from None
     if iterations is not None:
         cfg.search.iterations = iterations
+    for k, v in (budget or {}).items():
+        if v is not None:
+            setattr(cfg.search.budget, k, v)
     cfg.out = str(folder)
-    yield from _seed_loop(cfg, seeds, folder, progress, resuming=True, iterations=iterations)
+    yield from _seed_loop(cfg, seeds, folder, progress, resuming=True, iterations=iterations, budget=budget)
 
 
-def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resuming: bool, iterations=None):
+SEED_RESULT = "result.json"  # in each seed's run folder of a seeds folder: `seed_result`, written as it ends
+
+
+def seed_result(seed: int, summary: dict) -> dict:
+    """One seed's outcome as kept in its folder's result.json: the totals, what stopped it (evolve/budget.py)
+    and, per problem, the iteration of its first solve (None: never) and its best scalar, so per-problem
+    statistics need no archive."""
+    best = summary.get("best") or {}
+    first = summary.get("solved_problems") or {}
+    probs = sorted(set(best) | set(first))
+    return {"seed": seed, **{k: summary.get(k) for k in ("iterations", "evaluations", "solved", "problems",
+                                                          "stopped_by", "spent", "budgets")},
+            "per_problem": {p: {"first_solve": first.get(p), "best": (best.get(p) or {}).get("scalar")}
+                            for p in probs}}
+
+
+def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resuming: bool, iterations=None,
+               budget=None):
     from .arms import seed_dir
 
     rep = as_reporter(progress)
@@ -229,11 +254,13 @@ def _seed_loop(cfg: CampaignConfig, seeds: list[int], out: Path, progress, resum
             rep.prefix = f"seed {s} ({i + 1}/{len(seeds)}): "
             run_dir = seed_dir(out, s)
             if resuming and (run_dir / CONFIG_NAME).is_file():
-                yield s, run_dir, resume(run_dir, rep, iterations=iterations)
+                summary = resume(run_dir, rep, iterations=iterations, budget=budget)
             else:
                 one = cfg.model_copy(deep=True)
                 one.seed, one.out = s, str(run_dir)
-                yield s, *start(one, rep)
+                run_dir, summary = start(one, rep)
+            (run_dir / SEED_RESULT).write_text(json.dumps(seed_result(s, summary)) + "\n", encoding="utf-8")
+            yield s, run_dir, summary
     finally:
         rep.context, rep.prefix = {}, ""
         if rep is not progress:

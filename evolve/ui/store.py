@@ -134,10 +134,22 @@ class RunStore:
     def status(self, last_it: int | None, solved: int, n_problems: int) -> str:
         """running, crashed, finished or stopped: `liveness.run_status`, finished when the iteration budget is
         spent or every problem solved."""
-        budget = self.meta()["config"].get("search", {}).get("iterations")
+        search = self.meta()["config"].get("search", {})
+        budget = search.get("iterations")
         finished = (budget is not None and last_it is not None and last_it >= int(budget)) or \
-            bool(n_problems and solved >= n_problems)
+            bool(n_problems and solved >= n_problems) or self._budget_spent(search.get("budget") or {})
         return liveness.run_status(self.dir, finished)
+
+    def _budget_spent(self, budget: dict) -> bool:
+        """Whether a stop rule (search.budget, evolve/budget.py) is reached by what the archive holds."""
+        from ..budget import Spent, limits, reached
+
+        if not limits(budget):
+            return False
+        evs = self.q("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
+        tok, wall = self.q("SELECT COALESCE(SUM(json_extract(data, '$.gen_tokens')), 0), "
+                           "COALESCE(MAX(json_extract(data, '$.wall_seconds')), 0) FROM metrics")[0]
+        return reached(budget, Spent(int(evs), float(wall), int(tok))) is not None
 
     # ------------------------------------------------------------------ curves
     def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:

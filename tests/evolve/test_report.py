@@ -61,7 +61,10 @@ def runs(tmp_path_factory):
     vevo("run", *TINY, "--problems-dir", str(root / "problems"), "--problem", "evil/escape", "--train", "none",
          "--out", str(b))
     r = vevo("report", f"vpo={a}", str(b), "--out", str(out))
-    *diffs, last = r.stdout.strip().splitlines()  # the differences between arms (one run each: no CI), then
+    lines = r.stdout.strip().splitlines()
+    stops = [x for x in lines if ": stopped by " in x]  # first what stopped each run (evolve/budget.py)
+    assert len(stops) == 2 and all("stopped by its iterations" in x for x in stops), stops
+    *diffs, last = lines[len(stops):]  # the differences between arms (one run each: no CI), then
     assert last == f"wrote {out / 'index.html'}" and len(diffs) == 3 and all("no CI" in d for d in diffs)
     return {"vpo": a, "none": b, "out": out, "html": (out / "index.html").read_text(encoding="utf-8")}
 

@@ -50,3 +50,70 @@ def test_mean_ci95_is_the_t_interval_and_says_nan_where_none_exists():
     assert mean_ci95([3.0])[0] == 3.0 and math.isnan(mean_ci95([3.0])[1])
     assert all(math.isnan(x) for x in mean_ci95([]))
     assert ci95([3.0]) == (3.0, 0.0) and ci95([]) == (0.0, 0.0)  # curve bands keep their zero-width convention
+
+
+# ------------------------------------------------------------------ sign-flip test and Holm, by hand
+@pytest.mark.parametrize("diffs,p", [
+    ([1, 2, 3], 2 / 8),            # sums over the 8 sign patterns: 6 4 2 0 0 -2 -4 -6; |sum| >= 6 twice
+    ([1, 2, 3, 4], 2 / 16),        # only all-plus and all-minus reach |10|
+    ([1, 1, 1, 1, 1], 2 / 32),
+    ([3, -1], 1.0),                # sums 2 -2 4 -4: every pattern reaches |2|
+    ([0, 0, 0], 1.0),
+    ([2, 1], 2 / 4),               # sums 3 1 -1 -3
+    ([0.1, 0.2, 0.3], 2 / 8),      # ties within rounding count (0.1 + 0.2 is not exactly 0.3)
+])
+def test_sign_flip_exact_matches_hand_counts(diffs, p):
+    from evolve.stats import sign_flip_p
+
+    assert sign_flip_p(diffs) == pytest.approx(p, abs=1e-15)
+
+
+def test_sign_flip_monte_carlo_above_sixteen_is_seeded_and_close_to_exact():
+    import itertools
+
+    from evolve.stats import EXACT_MAX_N, sign_flip_p
+
+    rng = np.random.default_rng(5)
+    d = rng.normal(0.3, 1.0, size=EXACT_MAX_N + 2)
+    signs = np.array(list(itertools.product([-1.0, 1.0], repeat=d.size)))
+    exact = float((np.abs((signs * d).mean(axis=1)) >= abs(d.mean()) - 1e-12).mean())
+    mc = sign_flip_p(d, n_resamples=20_000, seed=1)
+    assert mc == sign_flip_p(d, n_resamples=20_000, seed=1)  # seeded
+    assert abs(mc - exact) < 0.015
+    assert sign_flip_p(np.ones(20), n_resamples=999, seed=0) == pytest.approx(1 / 1000)  # (1 + 0) / (1 + N)
+    assert math.isnan(sign_flip_p([]))
+
+
+def test_holm_adjusts_step_down_by_hand():
+    from evolve.stats import holm
+
+    # sorted 0.01 0.03 0.04: 3 * 0.01 = 0.03; 2 * 0.03 = 0.06; 1 * 0.04 = 0.04 -> kept monotone at 0.06
+    out = holm({"vpo-grpo": 0.01, "vpo-none": 0.04, "evo-iid": 0.03})
+    assert [r["name"] for r in out] == ["vpo-grpo", "vpo-none", "evo-iid"]
+    assert [r["p_holm"] for r in out] == pytest.approx([0.03, 0.06, 0.06])
+    assert [r["reject"] for r in out] == [True, False, False]
+    assert [r["p_holm"] for r in holm([0.5, 0.2])] == pytest.approx([0.5, 0.4])
+    assert [r["p_holm"] for r in holm([0.4, 0.9, 0.6])] == pytest.approx([1.0, 1.0, 1.0])  # capped at 1
+    assert holm([0.01, 0.02], alpha=0.03)[1]["reject"] and not holm([0.01, 0.02], alpha=0.01)[1]["reject"]
+    both = holm([0.01, math.nan])  # a registered contrast left unmeasured still counts in m
+    assert both[0]["p_holm"] == pytest.approx(0.02) and math.isnan(both[1]["p_holm"]) and not both[1]["reject"]
+
+
+def test_paired_contrast_puts_the_permutation_p_beside_the_t_interval():
+    from evolve.stats import paired_contrast
+
+    c = paired_contrast([0, 0, 0], [1, 2, 3])
+    assert c["n"] == 3 and c["mean"] == pytest.approx(2.0)
+    h = 4.303 / math.sqrt(3)  # sd of (1, 2, 3) is 1; t_{0.975, 2} = 4.303
+    assert (c["lo"], c["hi"]) == pytest.approx((2 - h, 2 + h))
+    assert c["p_sign_flip"] == pytest.approx(0.25)
+    with pytest.raises(ValueError):
+        paired_contrast([1], [1, 2])
+
+
+def test_paired_difference_reports_the_sign_flip_p():
+    from evolve.arms import difference
+
+    d = difference({0: 0.0, 1: 0.0, 2: 0.0}, {0: 1.0, 1: 2.0, 2: 3.0}, "best", ("none", "vpo"))
+    assert d.p_sign_flip == pytest.approx(0.25) and "sign-flip p 0.25" in d.line()
+    assert math.isnan(difference({0: 1.0, 1: 2.0}, {5: 1.0, 6: 3.0}).p_sign_flip)  # unpaired: no sign-flip test

@@ -92,3 +92,23 @@ def test_10_machine_output_has_no_float_noise(tmp_path):
     with open(tmp_path / "e.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert rows[0]["scalar"] == "0.3" and "0000000000" not in text
+
+
+def test_2_duplicate_problem_ids_fail_naming_both_folders(tmp_path):
+    """Two folders with one `id`: `problems check` and `run` stop with one line naming both, nothing dropped."""
+    probs = tmp_path / "probs"
+    vevo("problems", "new", "a", "--kind", "io", "--dir", str(probs))
+    vevo("problems", "new", "b", "--kind", "io", "--dir", str(probs))
+    toml = probs / "b" / "problem.toml"
+    toml.write_text(toml.read_text().replace('id = "b"', 'id = "a"'))
+    r = vevo("problems", "check", str(probs), check=False)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and "checked" not in r.stdout, (r.stdout, r.stderr)
+    assert str(probs / "a") in err[0] and str(probs / "b") in err[0] and "'a'" in err[0] and "unique" in err[0]
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([SQUARES]))}) + "\n")
+    r = vevo("run", "--problems-dir", str(probs), "--proposer", f"replay:{tmp_path / 'r.jsonl'}", "--answers", "1",
+             "--group", "1", "--iterations", "1", "--out", str(tmp_path / "run"), "--quiet", check=False)
+    assert r.returncode == 2 and str(probs / "a") in r.stderr and str(probs / "b") in r.stderr, r.stderr
+    assert not (tmp_path / "run" / "archive.db").exists()
+    toml.write_text(toml.read_text().replace('id = "a"', 'id = "b"'))  # renamed: both load
+    assert "2 problems checked" in vevo("problems", "check", str(probs)).stdout

@@ -100,6 +100,22 @@ def cmd_problems_new(args) -> int:
     return 0
 
 
+_MAX_CAUSE = 200
+
+
+def result_text(name: str, ev: dict) -> str:
+    """One program's `problems check` result as text: status, scalar, per-test vector, solved, and why it fails
+    when it does (the cause `--json` has in its artifacts)."""
+    from evaluators.types import error_text
+    from problems.check import vector_text
+
+    line = f"{name} {ev['status']} {ev['scalar']:.3f} {vector_text(ev['vector'])}{' solved' if ev['solved'] else ''}"
+    cause = error_text(ev.get("artifacts") or {})
+    if cause and not ev["solved"]:
+        line += f" ({cause if len(cause) <= _MAX_CAUSE else cause[:_MAX_CAUSE - 1] + '…'})"
+    return line
+
+
 def cmd_problems_check(args) -> int:
     from problems.model import ProblemError
     from problems.registry import load_tree
@@ -128,9 +144,10 @@ def cmd_problems_check(args) -> int:
                     print(json.dumps(machine(res)), flush=True)
                 else:
                     seed = res["seed"]
-                    line = f"{printable(p.id, False)}: seed {printable(seed['status'], False)} {seed['scalar']:.3f}"
+                    line = f"{p.id}: {result_text('seed', seed)}"
                     if ref is not None:
-                        line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
+                        line += f" | {result_text('reference', ref)}"
+                    line = printable(line, False)
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
                         line += (" | unverified: the evaluator runs the program in its own process, so a program"
                                  " can forge its metrics; solves are not counted")

@@ -112,3 +112,20 @@ def test_2_duplicate_problem_ids_fail_naming_both_folders(tmp_path):
     assert not (tmp_path / "run" / "archive.db").exists()
     toml.write_text(toml.read_text().replace('id = "a"', 'id = "b"'))  # renamed: both load
     assert "2 problems checked" in vevo("problems", "check", str(probs)).stdout
+
+
+def test_3_problems_check_text_says_why_a_seed_fails_and_prints_the_vector(tmp_path):
+    """The text line carries what `--json` has: the per-test vector and the failing program's cause."""
+    from problems.check import vector_text
+
+    assert vector_text([1.0, 1.0, 0.0, 1.0]) == "[1101]" and vector_text([1.0, 0.5, 0.0]) == "[1,0.5,0]"
+    assert vector_text([1.0] * 100, width=10) == "[1111111111…+90]"
+    vevo("problems", "new", "nm", "--kind", "io", "--dir", str(tmp_path))
+    seed = tmp_path / "nm" / "seed.py"
+    seed.write_text(seed.read_text().replace("def solve(xs):", "def other(xs):"))
+    out = vevo("problems", "check", str(tmp_path / "nm")).stdout.splitlines()
+    assert out[0] == ("nm: seed wrong 0.000 [000] (solve([1, 2, 3]) == 14: NameError: entry point 'solve' is not "
+                      "defined) | reference ok 1.000 [111] solved"), out
+    seed.write_text(seed.read_text().replace("def other(xs):", "def solve(xs):").replace("return 0", "return 14 if xs else 0"))
+    out = vevo("problems", "check", str(tmp_path / "nm")).stdout
+    assert "nm: seed wrong 0.667 [110] (solve([-2, 5]) == 29: got 14) | reference ok" in out, out

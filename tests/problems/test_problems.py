@@ -80,7 +80,7 @@ def test_check_folder_of_many_reports_bad_one_and_checks_the_rest(tmp_path):
     write(tmp_path / "all" / "bad", {"problem.toml": "id = [", "seed.py": SEED})
     r = vevo("problems", "check", str(tmp_path / "all"), check=False)
     assert r.returncode == 2
-    assert "sq: seed wrong" in r.stdout and "reference ok 1.000 solved" in r.stdout
+    assert "sq: seed wrong" in r.stdout and "reference ok 1.000 [11] solved" in r.stdout
     assert "bad/problem.toml" in r.stderr
 
 

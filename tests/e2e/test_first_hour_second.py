@@ -129,3 +129,25 @@ def test_3_problems_check_text_says_why_a_seed_fails_and_prints_the_vector(tmp_p
     seed.write_text(seed.read_text().replace("def other(xs):", "def solve(xs):").replace("return 0", "return 14 if xs else 0"))
     out = vevo("problems", "check", str(tmp_path / "nm")).stdout
     assert "nm: seed wrong 0.667 [110] (solve([-2, 5]) == 29: got 14) | reference ok" in out, out
+
+
+def test_8_memory_limit_has_one_key(tmp_path):
+    """`memory_limit_mb` (what the scaffold writes, OpenEvolve's name) is the key; `[resources] memory_mb` is a
+    one-line error naming it, in problem.toml and in an OpenEvolve folder's vevo.toml."""
+    vevo("problems", "new", "m", "--kind", "io", "--dir", str(tmp_path))
+    toml = tmp_path / "m" / "problem.toml"
+    assert "memory_limit_mb = 512\n" in toml.read_text()
+    assert "512 MB" in vevo("problems", "show", str(tmp_path / "m")).stdout
+    toml.write_text(toml.read_text().replace("memory_limit_mb = 512\n", "memory_limit_mb = 512\n[resources]\n"
+                                             "memory_mb = 2048\nnproc = 32\n", 1))
+    r = vevo("problems", "show", str(tmp_path / "m"), check=False)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"vevo: error: {toml}: resources.memory_mb: the memory limit's key is memory_limit_mb, at the top level "
+        "(write memory_limit_mb = 2048 above [resources])"), r.stderr
+    vevo("problems", "new", "oe", "--kind", "openevolve", "--dir", str(tmp_path))
+    vt = tmp_path / "oe" / "vevo.toml"
+    vt.write_text("[resources]\nmemory_mb = 300\n")
+    r = vevo("problems", "show", str(tmp_path / "oe"), check=False)
+    assert r.returncode == 2 and "vevo.toml: resources.memory_mb: the memory limit's key is memory_limit_mb" in r.stderr
+    vt.write_text("memory_limit_mb = 300\n")
+    assert "300 MB" in vevo("problems", "show", str(tmp_path / "oe")).stdout

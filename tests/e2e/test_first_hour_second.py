@@ -151,3 +151,29 @@ def test_8_memory_limit_has_one_key(tmp_path):
     assert r.returncode == 2 and "vevo.toml: resources.memory_mb: the memory limit's key is memory_limit_mb" in r.stderr
     vt.write_text("memory_limit_mb = 300\n")
     assert "300 MB" in vevo("problems", "show", str(tmp_path / "oe")).stdout
+
+
+def test_7_make_demo_keeps_an_earlier_demo(tmp_path):
+    """With runs/demo and runs/demo-2 there, `make demo` writes runs/demo-3 and says so; nothing is removed,
+    and an explicit DEMO_OUT that exists is refused (make -n prints the recipe; its guard lines run here)."""
+    base = tmp_path / "demo"
+    (base / "none").mkdir(parents=True)
+    (tmp_path / "demo-2").mkdir()
+
+    def recipe(*extra: str) -> list[str]:
+        r = subprocess.run(["make", "-n", "demo", f"DEMO_BASE={base}", *extra], cwd=str(ROOT), capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.splitlines()
+
+    lines = recipe()
+    assert not any("rm -rf" in ln for ln in lines), lines
+    assert any(f"--out {tmp_path / 'demo-3'}/none" in ln for ln in lines) and not any(f"--out {base}/" in ln
+                                                                                      for ln in lines)
+    guards = [ln for ln in lines if ln.startswith("if [ ")]
+    said = subprocess.run(["bash", "-c", "\n".join(guards)], capture_output=True, text=True)
+    assert said.returncode == 0 and said.stdout == (f"make demo: writing to {tmp_path / 'demo-3'} ({base} holds an "
+                                                    "earlier demo, kept)\n"), said
+    guards = [ln for ln in recipe(f"DEMO_OUT={base}") if ln.startswith("if [ ")]
+    refused = subprocess.run(["bash", "-c", "\n".join(guards)], capture_output=True, text=True)
+    assert refused.returncode == 2 and "already exists" in refused.stderr and (base / "none").is_dir()

@@ -247,6 +247,13 @@ def cmd_doctor(args) -> int:
 
 # ------------------------------------------------------------------ campaigns
 
+def cmd_defaults(args) -> int:
+    from .defaults_table import markdown, text
+
+    print(markdown() if args.markdown else text(), end="\n" if not args.markdown else "")
+    return 0
+
+
 def _chat_value(text: str | None):
     """--chat auto|true|false as the config value (bool or "auto")."""
     return None if text is None else {"true": True, "false": False}.get(text, text)
@@ -799,6 +806,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", "which sandbox layers this machine gives candidates, and why not")
     p.add_argument("--json", action="store_true", help="every layer as one JSON object")
     p.set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("defaults", "every run-config key with its default, flag and meaning (docs/DEFAULTS.md)")
+    p.add_argument("--markdown", action="store_true", help="the table as markdown, as docs/DEFAULTS.md holds it")
+    p.set_defaults(fn=cmd_defaults)
 
     p = sub.add_parser("run", "run an evolution campaign (or one per seed with --seeds)",
                        usage="vevo run [CONFIG.yaml] [--suite S | --problem ID | --problems-dir D] [--seeds A-B] "

@@ -177,3 +177,28 @@ def test_7_make_demo_keeps_an_earlier_demo(tmp_path):
     guards = [ln for ln in recipe(f"DEMO_OUT={base}") if ln.startswith("if [ ")]
     refused = subprocess.run(["bash", "-c", "\n".join(guards)], capture_output=True, text=True)
     assert refused.returncode == 2 and "already exists" in refused.stderr and (base / "none").is_dir()
+
+
+def test_12_defaults_table_is_generated_and_the_readme_example_shows_defaults():
+    """docs/DEFAULTS.md is `vevo defaults --markdown` exactly (regenerate it with that command when a config
+    default changes); the README's example config validates and its train/search values are the defaults."""
+    import re
+
+    import yaml
+
+    from evolve.config import CampaignConfig, load_config
+    from evolve.defaults_table import DOC, markdown
+
+    out = vevo("defaults", "--markdown").stdout
+    assert out == markdown() == (ROOT / DOC).read_text(encoding="utf-8"), \
+        f"{DOC} is stale: run `vevo defaults --markdown > {DOC}`"
+    assert "| `train.every` | `1` | `--train-every` |" in out and "| `search.group` | `8` | `--group` |" in out
+    plain = vevo("defaults").stdout.splitlines()
+    assert re.match(r"train\.lr +0\.001 +--train-lr +AdamW learning rate$", next(ln for ln in plain
+                                                                                if ln.startswith("train.lr "))), plain
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    example = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
+    cfg, default = load_config(None, {f"train.{k}": v for k, v in example["train"].items() if k != "covrl"}), \
+        CampaignConfig()
+    assert example["train"]["every"] == cfg.train.every == default.train.every == 1
+    assert example["search"]["group"] == default.search.group

@@ -131,6 +131,7 @@ def cmd_problems_check(args) -> int:
     else:
         probs = [_registry(args).resolve(args.target)]
     from problems.check import check_many
+    from proposer.tiny.reach import PRETRAINED_ON, out_of_reach
 
     bad_ref = 0
     with _pool(args.workers) as pool:
@@ -140,13 +141,16 @@ def cmd_problems_check(args) -> int:
                 ref = res.get("reference")
                 if ref is not None and not ref["solved"]:
                     bad_ref += 1
+                reach = out_of_reach(p)
                 if args.json:
-                    print(json.dumps(machine(res)), flush=True)
+                    print(json.dumps(machine({**res, "tiny_out_of_reach": reach})), flush=True)
                 else:
                     seed = res["seed"]
                     line = f"{p.id}: {result_text('seed', seed)}"
                     if ref is not None:
                         line += f" | {result_text('reference', ref)}"
+                    if reach:
+                        line += f" | out of the bundled tiny proposer's reach: {reach} (pretrained on {PRETRAINED_ON} only)"
                     line = printable(line, False)
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
                         line += (" | unverified: the evaluator runs the program in its own process, so a program"

@@ -202,3 +202,52 @@ def test_12_defaults_table_is_generated_and_the_readme_example_shows_defaults():
         CampaignConfig()
     assert example["train"]["every"] == cfg.train.every == default.train.every == 1
     assert example["search"]["group"] == default.search.group
+
+
+STRING_TESTS = '''
+[[tests]]
+args = ["abc"]
+expected = "cba"
+
+[[tests]]
+args = ["xy"]
+expected = "yx"
+'''
+
+
+def test_5_a_problem_out_of_the_tiny_proposers_reach_is_said(tmp_path):
+    """The tiny proposer knows int / int-list functions: a string problem is named at `problems check`, at `run`
+    start, and as the stall warning's likely cause; pbe and the scaffold's own problem are within reach."""
+    from problems.model import CallCase, Problem, load_native
+    from problems.suites import SUITES
+    from proposer.tiny.reach import out_of_reach, reach_note
+
+    assert {out_of_reach(p) for s in ("pbe", "pbe-hard", "pbe-heldout") for p in SUITES[s]()} == {None}
+    assert {out_of_reach(p) for p in SUITES["sr"]()} == {"float data points (symbolic regression)"}
+    assert out_of_reach(Problem(id="x", seed_code="", tests=[CallCase(args=([1.5], 2), expected=True)])) == \
+        "float inputs, bool outputs, 2 arguments"
+    vevo("problems", "new", "ok", "--kind", "io", "--dir", str(tmp_path / "probs"))
+    vevo("problems", "new", "rev", "--kind", "io", "--dir", str(tmp_path / "probs"))
+    folder = tmp_path / "probs" / "rev"
+    toml = (folder / "problem.toml").read_text()
+    (folder / "problem.toml").write_text(toml[:toml.index("[[tests]]")].replace(
+        toml.split("\n")[3], 'description = "Return the string s reversed."') + STRING_TESTS)
+    (folder / "reference.py").write_text("def solve(xs):\n    return xs[::-1]\n")
+    rev, ok = load_native(folder), load_native(tmp_path / "probs" / "ok")
+    assert out_of_reach(rev) == "str inputs, str outputs" and out_of_reach(ok) is None
+    assert reach_note(["replay:x"], [rev]) is None and reach_note(["tiny"], [ok]) is None
+    assert reach_note(["tiny"], [ok, rev]).startswith("1 of 2 problems are out of the bundled tiny proposer's "
+                                                      "reach (rev: str inputs, str outputs); it was pretrained on")
+    out = vevo("problems", "check", str(tmp_path / "probs")).stdout
+    rev_line = next(ln for ln in out.splitlines() if ln.startswith("rev: "))
+    assert rev_line.endswith("| out of the bundled tiny proposer's reach: str inputs, str outputs (pretrained on "
+                             "integer and integer-list functions only)"), rev_line
+    assert "reach" not in next(ln for ln in out.splitlines() if ln.startswith("ok: "))
+    # 20 iterations of 8 tokens each: the stall warning (after max(20, iterations / 4)) comes quickly
+    r = vevo("run", "--problems-dir", str(folder), "--proposer", "tiny", "--iterations", "20", "--group", "1",
+             "--answers", "1", "--islands", "1", "--max-tokens", "8", "--out", str(tmp_path / "run"), "--quiet")
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: ")]
+    assert warnings[0].startswith("warning: 1 of 1 problems are out of the bundled tiny proposer's reach (rev: str "
+                                  "inputs, str outputs)"), r.stderr
+    stall = next(w for w in warnings if "no improvement for 20 iterations" in w)
+    assert "; likely cause: 1 of 1 problems are out of the bundled tiny proposer's reach" in stall

@@ -182,12 +182,25 @@ def cmd_problems_import(args) -> int:
             pool = _pool(args.workers)
         rep.phase(f"reading {args.source} from {args.path}" +
                   (" and running its reference programs in the sandbox" if pool is not None else ""))
+        import inspect
+
+        from problems.importers import IMPORTERS
+
+        report: dict = {}
+        kw = {"pool": pool} if pool is not None else {}
+        if "report" in inspect.signature(IMPORTERS.get(args.source, import_problems)).parameters:
+            kw["report"] = report  # per problem: what was dropped or fitted so its reference passes
         try:
-            probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
+            probs = import_problems(args.source, Path(args.path), **kw)
         finally:
             if pool is not None:
                 pool.close()
         _write_imported(probs, out, rep)
+    for pid, info in sorted(report.items()):  # nothing left out or changed without a line
+        if info.get("skipped"):
+            print(f"skipped {printable(pid, False)}: {printable(info['skipped'], False)}")
+        elif info.get("fitted"):
+            print(f"{printable(pid, False)}: {printable(info['fitted'], False)}")
     print(f"imported {len(probs)} {args.source} problems into {out}" +
           (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
     return 0

@@ -251,3 +251,33 @@ def test_5_a_problem_out_of_the_tiny_proposers_reach_is_said(tmp_path):
                                   "inputs, str outputs)"), r.stderr
     stall = next(w for w in warnings if "no improvement for 20 iterations" in w)
     assert "; likely cause: 1 of 1 problems are out of the bundled tiny proposer's reach" in stall
+
+
+def test_11_an_imported_evalplus_problem_is_fitted_so_its_reference_passes(pool, tmp_path, monkeypatch):
+    """humanevalplus/15 with its twelve 6.9 MB expected strings: computed a few at a time they fit, returned all
+    at once (as `problems check` and every candidate run) they pass the sandbox's output limit. The importer
+    drops the largest until its reference passes and says so in one line; `problems check` then passes."""
+    import gzip
+
+    from problems.importers import evalplus
+    from problems.model import write_native
+    from tests.conftest import DATA
+
+    src = DATA / "evalplus" / "HumanEvalPlus.jsonl.gz"
+    if not src.is_file():
+        pytest.skip(f"{src} is absent")
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        row = next(r for r in map(json.loads, f) if r["task_id"] == "HumanEval/15")
+    row["plus_input"] = [[1_000_000 + i] for i in range(12)]  # the largest of its plus inputs
+    with gzip.open(tmp_path / "HumanEvalPlus.jsonl.gz", "wt", encoding="utf-8") as g:
+        g.write(json.dumps(row) + "\n")
+    monkeypatch.setattr(evalplus, "SLOW_BUDGET", 1e9)  # keep every input however fast this machine is
+    report: dict = {}
+    (p,) = evalplus.import_evalplus(tmp_path / "HumanEvalPlus.jsonl.gz", pool=pool, report=report)
+    info = report["humanevalplus/15"]
+    assert info["fitted"].startswith("dropped ") and "past the sandbox's output limit together" in info["fitted"]
+    assert info["fitted"].endswith(f"; {p.n_tests} kept") and p.meta["base_inputs"] == 3, info
+    assert 3 < p.n_tests < 14 and p.meta["plus_inputs"] == p.n_tests - 3
+    assert pool.evaluate(p, p.reference_code).solved
+    write_native(p, tmp_path / "out" / "humanevalplus__15")
+    assert "references solved 1/1" in vevo("problems", "check", str(tmp_path / "out")).stdout

@@ -27,8 +27,10 @@ test-vllm:
 	scripts/vllm_ci.sh
 
 demo: $(STAMP)
-	@if [ -e '$(DEMO_OUT)' ]; then echo "make demo: $(DEMO_OUT) already exists; remove it or give another DEMO_OUT=" >&2; exit 2; fi
-	@if [ '$(DEMO_OUT)' != '$(DEMO_BASE)' ]; then echo "make demo: writing to $(DEMO_OUT) ($(DEMO_BASE) holds an earlier demo, kept)"; fi
+	@if [ -e '$(DEMO_OUT)' ]; then \
+		echo "make demo: $(DEMO_OUT) already exists; remove it or give another DEMO_OUT=" >&2; exit 2; fi
+	@if [ '$(DEMO_OUT)' != '$(DEMO_BASE)' ]; then \
+		echo "make demo: writing to $(DEMO_OUT) ($(DEMO_BASE) holds an earlier demo, kept)"; fi
 	$(VENV)/bin/vevo problems list --suite pbe
 	@# the same problems and seed, untrained and VPO-trained, then one overlaid plot; both sample G = 8 per prompt
 	@# (the trained proposer's default train.group), and VPO takes a step after every iteration (the default)

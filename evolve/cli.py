@@ -150,7 +150,8 @@ def cmd_problems_check(args) -> int:
                     if ref is not None:
                         line += f" | {result_text('reference', ref)}"
                     if reach:
-                        line += f" | out of the bundled tiny proposer's reach: {reach} (pretrained on {PRETRAINED_ON} only)"
+                        line += (f" | out of the bundled tiny proposer's reach: {reach} (pretrained on "
+                                 f"{PRETRAINED_ON} only)")
                     line = printable(line, False)
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
                         line += (" | unverified: the evaluator runs the program in its own process, so a program"

@@ -28,8 +28,9 @@ def _kinds(value: Any) -> set[str]:
 
 
 def out_of_reach(problem: Problem) -> str | None:
-    """Why the tiny proposer cannot be expected to solve this problem (one clause, e.g. "str inputs, str outputs",
-    "float/str inputs, 2 arguments"), or None when its tests look like what it was pretrained on (or cannot be judged)."""
+    """Why the tiny proposer cannot be expected to solve this problem, one clause ("str inputs, str outputs",
+    "float/str inputs, 2 arguments"); None when its tests look like what it was pretrained on, or cannot be
+    judged."""
     if problem.openevolve is not None:
         return "an OpenEvolve evaluator's whole program"
     if any(isinstance(t, StdioCase) for t in problem.tests):
@@ -70,5 +71,5 @@ def reach_note(specs: Iterable[str], problems: Iterable[Problem], limit: int = 2
     named = "; ".join(", ".join(ids[:limit]) + (f" +{len(ids) - limit} more" if len(ids) > limit else "") + f": {why}"
                       for why, ids in by_reason.items())
     return (f"{n} of {len(problems)} problems are out of the bundled tiny proposer's reach ({named}); it was "
-            f"pretrained on {PRETRAINED_ON} only (proposer/tiny/corpus.py): expect no progress there, or use a larger proposer (hf:, vllm:, "
-            "openai:)")
+            f"pretrained on {PRETRAINED_ON} only (proposer/tiny/corpus.py): expect no progress there, or use a "
+            "larger proposer (hf:, vllm:, openai:)")

@@ -126,7 +126,8 @@ def test_3_problems_check_text_says_why_a_seed_fails_and_prints_the_vector(tmp_p
     out = vevo("problems", "check", str(tmp_path / "nm")).stdout.splitlines()
     assert out[0] == ("nm: seed wrong 0.000 [000] (solve([1, 2, 3]) == 14: NameError: entry point 'solve' is not "
                       "defined) | reference ok 1.000 [111] solved"), out
-    seed.write_text(seed.read_text().replace("def other(xs):", "def solve(xs):").replace("return 0", "return 14 if xs else 0"))
+    seed.write_text(seed.read_text().replace("def other(xs):", "def solve(xs):").replace("return 0",
+                                                                                       "return 14 if xs else 0"))
     out = vevo("problems", "check", str(tmp_path / "nm")).stdout
     assert "nm: seed wrong 0.667 [110] (solve([-2, 5]) == 29: got 14) | reference ok" in out, out
 
@@ -170,12 +171,14 @@ def test_7_make_demo_keeps_an_earlier_demo(tmp_path):
     assert not any("rm -rf" in ln for ln in lines), lines
     assert any(f"--out {tmp_path / 'demo-3'}/none" in ln for ln in lines) and not any(f"--out {base}/" in ln
                                                                                       for ln in lines)
-    guards = [ln for ln in lines if ln.startswith("if [ ")]
-    said = subprocess.run(["bash", "-c", "\n".join(guards)], capture_output=True, text=True)
+    def guards(lines: list[str]) -> str:  # the recipe's shell before its first vevo command
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("if [ -e "))
+        return "\n".join(lines[start:next(i for i, ln in enumerate(lines) if "vevo problems list" in ln)])
+
+    said = subprocess.run(["bash", "-c", guards(lines)], capture_output=True, text=True)
     assert said.returncode == 0 and said.stdout == (f"make demo: writing to {tmp_path / 'demo-3'} ({base} holds an "
                                                     "earlier demo, kept)\n"), said
-    guards = [ln for ln in recipe(f"DEMO_OUT={base}") if ln.startswith("if [ ")]
-    refused = subprocess.run(["bash", "-c", "\n".join(guards)], capture_output=True, text=True)
+    refused = subprocess.run(["bash", "-c", guards(recipe(f"DEMO_OUT={base}"))], capture_output=True, text=True)
     assert refused.returncode == 2 and "already exists" in refused.stderr and (base / "none").is_dir()
 
 

@@ -11,7 +11,8 @@
 # log-probs, tokens/s); lora_step (learner beside the sleeping engine: mean_ratio must be exactly 1,
 # behaviour_gap = mean log pi_learner - log pi_vllm); vllm_wake; hot_swap (adapter into the engine, tokens/s);
 # lora_step_after_swap; full_bf16_step (fp32 learner of the bf16 model, changed_frac of the weights);
-# train_step_memory (bench/train_step.py --memory on this device); campaign (vevo run with vllm:, --train vpo,
+# train_step_memory (bench/train_step.py --memory on this device); learner_speed (bench/learner_speed.py:
+# the fast sampler and the lean step on this device); campaign (vevo run with vllm:, --train vpo,
 # periodic LoRA updates hot-swapped, vllm_sleep) and its training rows. Peak memory: peak_alloc_gib is this
 # process's CUDA peak, device_used_gib the whole device (vLLM's engine runs in its own process).
 set -uo pipefail
@@ -56,6 +57,12 @@ if [ -z "$TINY" ]; then
   step train_step_memory "$PYTHON" bench/train_step.py --memory
 else
   step train_step_memory "$PYTHON" bench/train_step.py --memory --small
+fi
+# the fast sampler and the lean step on this device (tokens/s vs the transformers loop, step time vs the general step)
+if [ -z "$TINY" ]; then
+  step learner_speed "$PYTHON" bench/learner_speed.py --device cuda --repeats 3 --json "$WORK/learner_speed.json"
+else
+  step learner_speed "$PYTHON" bench/learner_speed.py --repeats 1 --tokens 32 --json "$WORK/learner_speed.json"
 fi
 
 # a short campaign: vLLM sampling, periodic VPO LoRA updates, adapter hot-swaps; the engine sleeps during steps

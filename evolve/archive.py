@@ -737,13 +737,16 @@ class Archive:
         ids = [r[0] for r in self._query(sql + " ORDER BY id DESC LIMIT ?", params + [limit])][::-1]
         return self.groups_by_id(ids)
 
-    def group_ids(self, member: str | None = None) -> list[int]:
+    def group_ids(self, member: str | None = None, through: int | None = None) -> list[int]:
         """Every group id, oldest first (the replay buffer draws from these); with ``member``, only the groups
-        that portfolio member proposed."""
+        that portfolio member proposed; with ``through``, only those of iterations <= it."""
+        last = -1 if through is None else int(through)
         if member is None:
-            return [r[0] for r in self._query('SELECT id FROM "groups" ORDER BY id')]
+            return [r[0] for r in self._query('SELECT id FROM "groups" WHERE ? < 0 OR iteration <= ? ORDER BY id',
+                                              (last, last))]
         return [r[0] for r in self._query('SELECT g.id FROM "groups" g JOIN portfolio p ON p.iteration = g.iteration '
-                                          "WHERE p.member = ? ORDER BY g.id", (member,))]
+                                          "WHERE p.member = ? AND (? < 0 OR g.iteration <= ?) ORDER BY g.id",
+                                          (member, last, last))]
 
     def has_portfolio(self) -> bool:
         """Whether the archive has the portfolio table (archives before portfolios, opened read-only, do not)."""

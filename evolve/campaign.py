@@ -177,6 +177,8 @@ class Campaign:
         self.reporter.begin(self.cfg.search.iterations, self.iteration)
         try:
             self.pipeline.run(self, pending, self.iteration + 1 + len(pending), self.cfg.search.iterations)
+            if self.trainer is not None:
+                self.trainer.drain(self)  # a step still on the learner thread is published with the run's end
         finally:
             self.reporter.end()
         return self.summary()

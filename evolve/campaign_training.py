@@ -14,6 +14,16 @@ the trainer publishes its own newest one; so the two newest snapshots are always
 ``train: covrl`` (and ``vpo+covrl``, alternating) takes CoVRL steps instead: verifier-free updates toward
 references the archive found (``evolve/covrl_campaign.py``); the same snapshots, versions and resume apply.
 
+Overlap (``train.overlap``, on by default where it applies: tiny / hf:PATH sampled by the fast sampler, LoRA, one
+proposer, no CoVRL): the step due at iteration t runs on a learner thread while the loop generates the next
+iteration from a pinned snapshot of the published policy (``HFBackend.pin_sampling``); it is joined and published
+at the commit of t+1, so a batch is generated one policy version more stale than in the loop, and the trainer's
+importance weights against the recorded behaviour log-probs already correct for that. Which policy made which
+batch is fixed by the iteration numbers alone, not by timing, so kill -9 + resume is exact: a step that the
+uninterrupted run had joined before the checkpoint is redone in the loop on the archive as of its iteration
+(``group_ids(through=t)``), one started at the checkpoint's commit is started again, and the campaign's end joins
+the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning.
+
 Every knob is a ``train`` key of the run config (evolve/trainer_setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
 ``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
@@ -21,6 +31,7 @@ on too (their tokens count in the token-mean and their KL term applies, as in ve
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,6 +105,7 @@ class CampaignTrainer:
         self.last_iteration = -1
         self.prober = None  # evolve/probe.py, built at the first step (it needs the campaign's problems)
         self._before: dict[str, Any] = {}
+        self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
         self._load()
 
     # --------------------------------------------------------------- persistence
@@ -163,7 +175,8 @@ class CampaignTrainer:
     # --------------------------------------------------------------- hooks
     def on_restore(self, camp: "Campaign") -> None:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
-        a step due at the checkpoint's iteration that never finished is done now."""
+        a step due at the checkpoint's iteration that never finished is done now (overlapped: a step the
+        uninterrupted run had already joined is redone here, the one due at the checkpoint started again)."""
         if (self.dir / "state.json").is_file():
             snap = self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"]
             self._publish(snap)
@@ -173,9 +186,13 @@ class CampaignTrainer:
                 if self._probe_due(stats) and "probe_own" not in stats:  # killed while probing: the same draw
                     stats.update(self._probe(camp))
                 camp.archive.record_training(self.last_iteration, self.version, stats)
-        t = camp.iteration
-        if t > 0 and t % self.cfg.train.every == 0 and self.last_iteration < t:
-            self.train(camp, t)
+        t, every = camp.iteration, self.cfg.train.every
+        if self._overlaps(camp):
+            for d in range((self.last_iteration // every + 1) * every, t, every):
+                if d > 0 and self.last_iteration < d:
+                    self.train(camp, d)
+        if t > 0 and t % every == 0 and self.last_iteration < t:
+            self.train(camp, t, background=self._overlaps(camp))
 
     def due(self, iteration: int) -> bool:
         """Whether committing `iteration` starts a training step (the campaign first lets generations in flight
@@ -183,13 +200,41 @@ class CampaignTrainer:
         return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
 
     def __call__(self, camp: "Campaign", iteration: int) -> None:
+        self.join(camp)  # a step started at an earlier commit is published now, before anything else is prepared
         if self.due(iteration):
-            self.train(camp, iteration)
+            self.train(camp, iteration, background=self._overlaps(camp))
+
+    def drain(self, camp: "Campaign") -> None:
+        """At the campaign's end: the step still on the learner thread is finished and published."""
+        self.join(camp)
+
+    def _overlaps(self, camp: "Campaign") -> bool:
+        """Whether steps run on the learner thread (see the module docstring for when that applies)."""
+        return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
+                    and self.covrl is None and len(getattr(camp, "members", {})) <= 1
+                    and callable(getattr(self.backend, "pin_sampling", None)))
+
+    def join(self, camp: "Campaign") -> None:
+        """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
+        f, self._flight = self._flight, None
+        if f is None:
+            return
+        t = time.monotonic()
+        f.thread.join()
+        self.backend.unpin_sampling()
+        if f.error is not None:
+            raise f.error
+        f.stats.update(f.out)
+        f.stats["train_wait_seconds"] = round(time.monotonic() - t, 4)  # what the loop waited for it
+        self.version += 1
+        self._finish(camp, f.iteration, f.stats, step_seconds=f.seconds)
 
     def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
-        """The replay buffer's pick (recent groups plus a seeded mix of older ones), complete groups only."""
+        """The replay buffer's pick (recent groups plus a seeded mix of older ones) from the groups committed
+        through ``iteration``, complete groups only."""
         rng = np.random.default_rng([self.cfg.seed, iteration, 1])
-        ids = choose_groups(archive.group_ids(self.member), self.cfg.train.batch, self.cfg.train.replay_older, rng)
+        ids = choose_groups(archive.group_ids(self.member, through=iteration), self.cfg.train.batch,
+                            self.cfg.train.replay_older, rng)
         return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
 
     def _shaped(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list) -> list[np.ndarray]:
@@ -225,13 +270,15 @@ class CampaignTrainer:
         camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
         return self.prober.run(self.backend, camp.evaluator, suffix)
 
-    def train(self, camp: "Campaign", iteration: int) -> dict[str, Any] | None:
+    def train(self, camp: "Campaign", iteration: int, background: bool = False) -> dict[str, Any] | None:
+        """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`
+        finishes it), where the backend can pin the published policy for sampling meanwhile."""
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
         self._t0 = time.monotonic()
-        camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups)",
-                            announce=True)
+        camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups"
+                            f"{', on the learner thread' if background else ''})", announce=True)
         # before the first update: the probes' baseline, kept in that step's row
         self._before = self._probe(camp, "_before") if self.version == 0 else {}
         raw_mats, gids, comps = flatten_groups(groups)
@@ -267,6 +314,10 @@ class CampaignTrainer:
                 stats[f"diag_{k}"] = float(v)
         if samples:
             self.trainer.cfg.movement = movement_due(self.cfg, self.version)
+            if background and self.backend.pin_sampling():
+                prep = time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0))
+                self._flight = _Flight(iteration, stats, self.trainer, samples, prep)
+                return None
             with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
             self.version += 1
@@ -300,11 +351,13 @@ class CampaignTrainer:
             self.version += 1
         return self._finish(camp, iteration, stats)
 
-    def _finish(self, camp, iteration: int, stats: dict[str, Any]) -> dict[str, Any]:
-        """Probes, snapshot, publish, and the archive row of a step."""
+    def _finish(self, camp, iteration: int, stats: dict[str, Any], step_seconds: float | None = None) -> dict[str, Any]:
+        """Probes, snapshot, publish, and the archive row of a step (``step_seconds``: its cost when it ran on
+        the learner thread)."""
         stats.update(self._before)
         # the step's own cost (choosing groups, advantages, the update), without probes or snapshot: evolve/compute.py adds them apart
-        stats["train_seconds"] = round(time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
+        stats["train_seconds"] = round(step_seconds if step_seconds is not None else
+                                       time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
@@ -316,3 +369,23 @@ class CampaignTrainer:
                             data={"iteration": iteration, "step": self.version, **stats},
                             **training_fields(stats))
         return stats
+
+
+class _Flight:
+    """One update on the learner thread: ``trainer.step(samples)``, its outcome and its cost (``seconds``: the
+    preparation in the loop plus the step)."""
+
+    def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float) -> None:
+        self.iteration, self.stats, self.seconds = iteration, stats, prep
+        self.out: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(trainer, samples), name="vevo-learner", daemon=True)
+        self.thread.start()
+
+    def _run(self, trainer: Any, samples: list) -> None:
+        t = time.monotonic()
+        try:
+            self.out = trainer.step(samples)
+        except BaseException as e:  # re-raised by join, in the loop's thread
+            self.error = e
+        self.seconds += time.monotonic() - t

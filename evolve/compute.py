@@ -26,6 +26,9 @@ def account(metrics: Sequence[Any], training: Sequence[Any]) -> dict[str, float]
             "gen_tokens": int(total(metrics, "gen_tokens")),
             "eval_seconds": round(total(metrics, "eval_seconds"), 3),
             "train_seconds": round(total(training, "train_seconds"), 3),
+            # overlapped steps (train.overlap): what the loop waited for the learner thread, the rest ran beside it
+            "train_wait_seconds": round(total(training, "train_wait_seconds"), 3),
+            "train_overlapped": any("train_wait_seconds" in r.data for r in training),
             "train_steps": sum(1 for r in training if r.data.get("samples")),
             "probe_seconds": round(total(training, "probe_seconds", "probe_seconds_before"), 3)}
 
@@ -41,4 +44,11 @@ def describe(acc: dict[str, float]) -> str:
     """One line for `runs show`."""
     return (f"compute: {acc['wall_seconds']:.1f}s wall; generation {acc['gen_seconds']:.1f}s "
             f"({acc['gen_tokens']} tokens), evaluation {acc['eval_seconds']:.1f}s, training "
-            f"{acc['train_seconds']:.1f}s ({acc['train_steps']} steps), probes {acc['probe_seconds']:.1f}s")
+            f"{acc['train_seconds']:.1f}s ({acc['train_steps']} steps{_beside(acc)}), probes {acc['probe_seconds']:.1f}s")
+
+
+def _beside(acc: dict[str, float]) -> str:
+    """For overlapped training: how much of it the loop waited for."""
+    if not acc.get("train_overlapped"):
+        return ""
+    return f"; on the learner thread, the loop waited {acc.get('train_wait_seconds', 0.0):.1f}s"

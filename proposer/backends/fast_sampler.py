@@ -12,7 +12,9 @@ token, and G copies of the same prompt prefilled. Here:
 * **The LoRA merged for sampling**: every linear layer's effective weight W + scaling·B·A (peft's own
   ``get_delta_weight``) is computed once per call from the live model, so a trainer's in-place update is seen at
   the next call, the base weights are never touched, and a disabled adapter (``FrozenAdapterView``) samples the
-  base. The snapshot also lets a trainer update the live model while this samples.
+  base. A caller may also build the snapshot once (``Weights(model)``) and pass it to several calls: the
+  campaign's overlapped learner (evolve/campaign_training.py) updates the live adapter on another thread while
+  the pinned snapshot samples the published policy.
 * **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).
 * **The draw**: ``argmax(p / E)`` with E ~ Exp(1) (the exponential race, the same distribution as
   ``multinomial``), seeded by the caller's ``torch.Generator``.
@@ -244,10 +246,12 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Gene
 
 @torch.no_grad()
 def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temperature: float, top_p: float,
-           eos_ids: set[int], gen: torch.Generator | None) -> list[tuple[list[int], list[float], bool]]:
+           eos_ids: set[int], gen: torch.Generator | None,
+           weights: "Weights | None" = None) -> list[tuple[list[int], list[float], bool]]:
     """One continuation per row of ``prompts`` (rows sharing a prompt share its prefill): per row (token ids,
-    behaviour log-probs, finished by EOS). At most ``budget`` tokens per row."""
-    w = Weights(model)
+    behaviour log-probs, finished by EOS). At most ``budget`` tokens per row. ``weights``: a snapshot taken
+    earlier (default: the live model's, now)."""
+    w = weights if weights is not None else Weights(model)
     dev = w.device
     b = len(prompts)
     if b == 0 or budget <= 0:

@@ -142,6 +142,7 @@ class HFBackend(AdapterState):
             raise BackendError(f"hf: max_context must be >= 2, got {self.max_context}")
         self._adapter_seq = itertools.count()
         self.adapter_path: str | None = None
+        self._pinned: _fast.Weights | None = None  # pin_sampling(): the fast path samples this snapshot
         if adapter is not None:
             self.load_adapter(adapter, self.policy_version)
 
@@ -154,7 +155,7 @@ class HFBackend(AdapterState):
     @model.setter
     def model(self, model: torch.nn.Module) -> None:
         """Install a model object (e.g. the trainer wrapped the base in a fresh LoRA with get_peft_model)."""
-        self._model = model
+        self._model, self._pinned = model, None
 
     @property
     def tokenizer(self):
@@ -163,6 +164,19 @@ class HFBackend(AdapterState):
     def set_policy_version(self, v: int) -> None:
         """Publish a policy version: completions from now on record it."""
         self.policy_version = int(v)
+
+    def pin_sampling(self) -> bool:
+        """Snapshot the policy as it is now and sample only from it until `unpin_sampling`, so a trainer may
+        update the live model on another thread meanwhile. False (nothing pinned) where sampling reads the live
+        model anyway: the general loop, or a rescore pass."""
+        if not (self.fast_sampler and not self.rescore and _fast.supports(self._model)):
+            return False
+        with torch.no_grad():
+            self._pinned = _fast.Weights(self._model)
+        return True
+
+    def unpin_sampling(self) -> None:
+        self._pinned = None
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -184,6 +198,7 @@ class HFBackend(AdapterState):
         from peft import PeftModel
 
         name = f"a{next(self._adapter_seq)}"
+        self._pinned = None
         try:
             if isinstance(self._model, PeftModel):
                 old = list(self._model.peft_config)
@@ -205,6 +220,7 @@ class HFBackend(AdapterState):
         """Back to the plain base model."""
         from peft import PeftModel
 
+        self._pinned = None
         if isinstance(self._model, PeftModel):
             self._model = self._model.unload()
         self.adapter_path = None
@@ -282,7 +298,7 @@ class HFBackend(AdapterState):
         width = max(len(r) for r in rows)
         budget = max(min(int(sampling.max_tokens), self.max_context - width), 0)
         return _fast.sample(self._model, rows, budget, float(sampling.temperature), float(sampling.top_p),
-                                   self.eos_ids, gen)
+                            self.eos_ids, gen, weights=self._pinned)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n sampled completions (one group)."""
@@ -300,11 +316,14 @@ class HFBackend(AdapterState):
             gen = torch.Generator(device=self.device)
             gen.manual_seed(int(seed) % (2**63))
         results: dict[tuple[int, int], tuple[list[int], list[float], bool]] = {}
-        was_training = self._model.training
-        self._model.eval()
         bf16 = self.device.type == "cuda" and self.dtype == torch.bfloat16
         temp, top_p = float(sampling.temperature), float(sampling.top_p)
         fast = self.fast_sampler and _fast.supports(self._model)
+        # the fast path reads weights only; the module's train/eval flag is a trainer's, perhaps on another thread
+        toggle = not fast or self.rescore
+        was_training = self._model.training
+        if toggle:
+            self._model.eval()
         try:
             for c in range(0, len(rows), self.batch_size):
                 chunk = rows[c: c + self.batch_size]
@@ -330,7 +349,8 @@ class HFBackend(AdapterState):
                     for k, lp in zip(chunk, new):
                         results[k] = (results[k][0], lp, results[k][2])
         finally:
-            self._model.train(was_training)
+            if toggle:
+                self._model.train(was_training)
         groups: list[list[Completion]] = []
         for pi in range(len(prompts)):
             ids, dropped = encoded[pi]

@@ -42,9 +42,10 @@ def _cfg(tmp_path: Path, extra: str = "", group: int = 2) -> Path:
     return p
 
 
-def test_campaign_trains_and_records_policy_versions(tmp_path):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_campaign_trains_and_records_policy_versions(tmp_path, overlap):
     run = tmp_path / "run"
-    vevo("run", str(_cfg(tmp_path)), "--out", str(run), "--quiet", timeout=900)
+    vevo("run", str(_cfg(tmp_path, f"  overlap: {str(overlap).lower()}\n")), "--out", str(run), "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:
         rows = a.training_rows()
         groups = a.recent_groups(100)
@@ -53,15 +54,17 @@ def test_campaign_trains_and_records_policy_versions(tmp_path):
     assert trained, "no training step had a non-zero advantage"
     for r in rows:
         assert {"mean_set_reward", "mean_best_answer", "reward_diversity", "groups", "staleness_mean"} <= set(r.data)
+        assert ("train_wait_seconds" in r.data) == (overlap and bool(r.data["samples"]))
     for r in trained:
         assert {"loss", "kl", "clip_frac", "grad_norm", "policy_kl", "mean_abs_dlogp", "greedy_changed"} <= set(r.data)
         assert r.data["policy_kl"] >= 0
-    # completions made after a published update record the new version (the update at iteration 2 is
-    # published after iteration 3 was generated: pipeline depth 1)
-    versions = [c.policy_version for g in groups for c in g.completions]
-    assert versions == sorted(versions)
-    assert all(c.policy_version >= 1 for g in groups if g.iteration >= 4 for c in g.completions)
-    assert max(versions) == rows[-2].policy_version  # the last update comes after the last generation
+    # which policy made a batch follows from the iteration numbers alone: at pipeline depth 1 the update at
+    # iteration d is published after d + 1 was generated; overlapped, it runs while d + 2 is generated and is
+    # published at the commit of d + 1
+    lag = 3 if overlap else 2
+    for g in groups:
+        expect = max((r.policy_version for r in rows if r.step + lag <= g.iteration), default=0)
+        assert {c.policy_version for c in g.completions} == {expect}, (g.iteration, lag)
     st = json.loads((run / "trainer" / "state.json").read_text())
     assert st["version"] == rows[-1].policy_version
     assert (run / "trainer" / st["snapshot"] / "adapter" / "adapter_config.json").is_file()
@@ -131,6 +134,57 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, sc
     # the resumed run started from exactly the optimizer state that was saved before the kill
     steps_at_kill = int(opt_at_kill["optimizer"]["state"][0]["step"])
     assert 1 <= steps_at_kill < int(sb[0]["step"])
+    assert_same_policy(ref, run)
+
+
+def assert_same_policy(ref: Path, run: Path) -> None:
+    """The final trained weights of two runs are bit for bit the same."""
+    def weights(r: Path) -> dict:
+        snap = json.loads((r / "trainer" / "state.json").read_text())["snapshot"]
+        return torch.load(r / "trainer" / snap / "weights.pt", weights_only=True)
+    wa, wb = weights(ref), weights(run)
+    assert wa.keys() == wb.keys() and wa
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+_KILL_IN_JOIN = """
+import os, sys
+from evolve import campaign_training as ct
+join = ct.CampaignTrainer.join
+def killing_join(self, camp):
+    f = self._flight
+    if f is not None and f.iteration == {at}:
+        os._exit(9)  # the archive has committed iteration {at} + 1; the step started at {at} never published
+    return join(self, camp)
+ct.CampaignTrainer.join = killing_join
+from evolve.cli import main
+sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
+"""
+
+
+def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path):
+    """The kill the learner thread adds: after iteration d + 1 is committed, before the step started at d is
+    joined. Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
+    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n")
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
+    code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run))
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 9, p.stderr[-2000:]
+    with Archive(run / "archive.db", readonly=True) as b:
+        assert max(r.step for r in b.training_rows()) == 3  # the step at 4 never published
+        assert b.checkpoint()[0] == 5
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        ra, rb = a.training_rows(), b.training_rows()
+        assert [(r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss")) for r in ra] == \
+               [(r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss")) for r in rb]
+        assert [c.policy_version for g in a.recent_groups(100) for c in g.completions] == \
+               [c.policy_version for g in b.recent_groups(100) for c in g.completions]
+        assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
+               [c.token_ids for g in b.recent_groups(100) for c in g.completions]
+    assert_same_policy(ref, run)
 
 
 def test_every_training_knob_reaches_the_trainer():

@@ -67,6 +67,9 @@ class RecordingHook:
             self.events.append(("not generated at a step", [t for t in prepared if t not in self.backend.done]))
             self.backend.set_policy_version(self.backend.policy_version + 1)
 
+    def drain(self, camp) -> None:
+        self.events.append(("drain", camp.iteration))
+
     def on_restore(self, camp) -> None:
         self.events.append(("restore", camp.iteration, camp.archive.last_iteration()))
 
@@ -105,7 +108,7 @@ def test_hook_order_steps_after_generation_and_restore_on_resume(tmp_path):
         calls = [e for e in hook.events if e[0] == "call"]
         assert calls == [("call", t, t, t) for t in range(1, 10)]  # after each commit, in order
         # before each step the campaign waited until every batch already prepared had its completions
-        assert [e for e in hook.events if e[0] != "call"] == [("not generated at a step", [])] * 3
+        assert [e for e in hook.events if e[0] != "call"] == [("not generated at a step", [])] * 3 + [("drain", 9)]
 
         again = RecordingHook(backend, depth=3, last=12)
         camp = campaign(run, backend, again, 12, pool)

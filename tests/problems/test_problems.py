@@ -42,7 +42,7 @@ def test_scaffolds_pass_check(tmp_path, kind):
     vevo("problems", "new", f"p_{kind}", "--kind", kind, "--dir", str(tmp_path))
     r = vevo("problems", "check", str(tmp_path / f"p_{kind}"), "--json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert len(rows) == 1 and set(rows[0]) == {"id", "seed", "reference"}
+    assert len(rows) == 1 and set(rows[0]) == {"id", "seed", "reference", "tiny_out_of_reach"}
     seed = rows[0]["seed"]
     assert set(seed) >= {"status", "vector", "scalar", "solved", "artifacts"}
     if kind != "openevolve":

@@ -133,7 +133,7 @@ def cmd_problems_check(args) -> int:
     from problems.check import check_many
     from proposer.tiny.reach import PRETRAINED_ON, out_of_reach
 
-    bad_ref = 0
+    bad_ref = far = 0
     with _pool(args.workers) as pool:
         for start in range(0, len(probs), 32):  # chunks keep every worker busy and output flowing
             chunk = probs[start:start + 32]
@@ -142,6 +142,7 @@ def cmd_problems_check(args) -> int:
                 if ref is not None and not ref["solved"]:
                     bad_ref += 1
                 reach = out_of_reach(p)
+                far += reach is not None
                 if args.json:
                     print(json.dumps(machine({**res, "tiny_out_of_reach": reach})), flush=True)
                 else:
@@ -150,8 +151,7 @@ def cmd_problems_check(args) -> int:
                     if ref is not None:
                         line += f" | {result_text('reference', ref)}"
                     if reach:
-                        line += (f" | out of the bundled tiny proposer's reach: {reach} (pretrained on "
-                                 f"{PRETRAINED_ON} only)")
+                        line += f" | out of the tiny proposer's reach: {reach}"
                     line = printable(line, False)
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
                         line += (" | unverified: the evaluator runs the program in its own process, so a program"
@@ -164,6 +164,10 @@ def cmd_problems_check(args) -> int:
     if not args.json:
         n_ref = sum(1 for p in probs if p.reference_code is not None)
         print(f"{_count(len(probs), 'problem')} checked; references solved {n_ref - bad_ref}/{n_ref}")
+        if far:
+            print(f"{far} of {len(probs)} out of the bundled tiny proposer's reach: it was pretrained on "
+                  f"{PRETRAINED_ON} only (proposer/tiny/corpus.py); for these use a larger proposer (hf:, vllm:, "
+                  "openai:)")
     return 1 if bad_ref else 0
 
 

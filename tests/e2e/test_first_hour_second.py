@@ -243,8 +243,10 @@ def test_5_a_problem_out_of_the_tiny_proposers_reach_is_said(tmp_path):
                                                       "reach (rev: str inputs, str outputs); it was pretrained on")
     out = vevo("problems", "check", str(tmp_path / "probs")).stdout
     rev_line = next(ln for ln in out.splitlines() if ln.startswith("rev: "))
-    assert rev_line.endswith("| out of the bundled tiny proposer's reach: str inputs, str outputs (pretrained on "
-                             "integer and integer-list functions only)"), rev_line
+    assert rev_line.endswith("| out of the tiny proposer's reach: str inputs, str outputs"), rev_line
+    assert out.splitlines()[-1] == ("1 of 2 out of the bundled tiny proposer's reach: it was pretrained on integer "
+                                    "and integer-list functions only (proposer/tiny/corpus.py); for these use a "
+                                    "larger proposer (hf:, vllm:, openai:)"), out
     assert "reach" not in next(ln for ln in out.splitlines() if ln.startswith("ok: "))
     # 20 iterations of 8 tokens each: the stall warning (after max(20, iterations / 4)) comes quickly
     r = vevo("run", "--problems-dir", str(folder), "--proposer", "tiny", "--iterations", "20", "--group", "1",

@@ -3,7 +3,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.vevo-installed
-DEMO_OUT ?= runs/demo
+DEMO_BASE ?= runs/demo
+# an earlier demo is kept: the first of runs/demo, runs/demo-2, runs/demo-3, ... that does not exist yet
+ifeq ($(origin DEMO_OUT), undefined)
+DEMO_OUT := $(shell d='$(DEMO_BASE)'; n=1; while [ -e "$$d" ]; do n=$$((n + 1)); d='$(DEMO_BASE)'-$$n; done; echo "$$d")
+endif
 
 .PHONY: test test-vllm demo install bench clean
 
@@ -23,7 +27,10 @@ test-vllm:
 	scripts/vllm_ci.sh
 
 demo: $(STAMP)
-	rm -rf $(DEMO_OUT)
+	@if [ -e '$(DEMO_OUT)' ]; then \
+		echo "make demo: $(DEMO_OUT) already exists; remove it or give another DEMO_OUT=" >&2; exit 2; fi
+	@if [ '$(DEMO_OUT)' != '$(DEMO_BASE)' ]; then \
+		echo "make demo: writing to $(DEMO_OUT) ($(DEMO_BASE) holds an earlier demo, kept)"; fi
 	$(VENV)/bin/vevo problems list --suite pbe
 	@# the same problems and seed, untrained and VPO-trained, then one overlaid plot; both sample G = 8 per prompt
 	@# (the trained proposer's default train.group), and VPO takes a step after every iteration (the default)

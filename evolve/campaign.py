@@ -49,6 +49,7 @@ from proposer.answers import naming
 from proposer.answers import feedback, scoring
 from proposer.answers.mutate import normalized_hash
 from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
+from proposer.tiny.reach import reach_note
 
 from . import budget, health
 from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
@@ -153,7 +154,9 @@ class Campaign:
         self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
         self.reporter = as_reporter(progress)  # the caller's: it outlives the campaign (seeds, summary)
         self.population = Population(self.order, cfg.search, cfg.seed, archive=self.archive)
-        self.health = health.Health(stall=max(20, cfg.search.iterations // 4))
+        # a proposer out of its problems' reach (the tiny one on strings, floats): said at the start and by a stall
+        self.reach = reach_note([a.spec for a, _ in members], problems)
+        self.health = health.Health(stall=max(20, cfg.search.iterations // 4), stall_hint=self.reach or "")
         self.pipeline: Pipeline[Screened] = Pipeline(
             cfg.search.pipeline_depth, all(has(b, CONCURRENT) for _, b in members), self.reporter)  # generated at once
         self.iteration = -1  # last committed

@@ -100,6 +100,22 @@ def cmd_problems_new(args) -> int:
     return 0
 
 
+_MAX_CAUSE = 200
+
+
+def result_text(name: str, ev: dict) -> str:
+    """One program's `problems check` result as text: status, scalar, per-test vector, solved, and why it fails
+    when it does (the cause `--json` has in its artifacts)."""
+    from evaluators.types import error_text
+    from problems.check import vector_text
+
+    line = f"{name} {ev['status']} {ev['scalar']:.3f} {vector_text(ev['vector'])}{' solved' if ev['solved'] else ''}"
+    cause = error_text(ev.get("artifacts") or {})
+    if cause and not ev["solved"]:
+        line += f" ({cause if len(cause) <= _MAX_CAUSE else cause[:_MAX_CAUSE - 1] + '…'})"
+    return line
+
+
 def cmd_problems_check(args) -> int:
     from problems.model import ProblemError
     from problems.registry import load_tree
@@ -115,8 +131,9 @@ def cmd_problems_check(args) -> int:
     else:
         probs = [_registry(args).resolve(args.target)]
     from problems.check import check_many
+    from proposer.tiny.reach import PRETRAINED_ON, out_of_reach
 
-    bad_ref = 0
+    bad_ref = far = 0
     with _pool(args.workers) as pool:
         for start in range(0, len(probs), 32):  # chunks keep every worker busy and output flowing
             chunk = probs[start:start + 32]
@@ -124,13 +141,18 @@ def cmd_problems_check(args) -> int:
                 ref = res.get("reference")
                 if ref is not None and not ref["solved"]:
                     bad_ref += 1
+                reach = out_of_reach(p)
+                far += reach is not None
                 if args.json:
-                    print(json.dumps(machine(res)), flush=True)
+                    print(json.dumps(machine({**res, "tiny_out_of_reach": reach})), flush=True)
                 else:
                     seed = res["seed"]
-                    line = f"{printable(p.id, False)}: seed {printable(seed['status'], False)} {seed['scalar']:.3f}"
+                    line = f"{p.id}: {result_text('seed', seed)}"
                     if ref is not None:
-                        line += f" | reference {ref['status']} {ref['scalar']:.3f}{' solved' if ref['solved'] else ''}"
+                        line += f" | {result_text('reference', ref)}"
+                    if reach:
+                        line += f" | out of the tiny proposer's reach: {reach}"
+                    line = printable(line, False)
                     if any((r or {}).get("artifacts", {}).get("unverified") for r in (seed, ref)):
                         line += (" | unverified: the evaluator runs the program in its own process, so a program"
                                  " can forge its metrics; solves are not counted")
@@ -142,6 +164,10 @@ def cmd_problems_check(args) -> int:
     if not args.json:
         n_ref = sum(1 for p in probs if p.reference_code is not None)
         print(f"{_count(len(probs), 'problem')} checked; references solved {n_ref - bad_ref}/{n_ref}")
+        if far:
+            print(f"{far} of {len(probs)} out of the bundled tiny proposer's reach: it was pretrained on "
+                  f"{PRETRAINED_ON} only (proposer/tiny/corpus.py); for these use a larger proposer (hf:, vllm:, "
+                  "openai:)")
     return 1 if bad_ref else 0
 
 
@@ -161,12 +187,25 @@ def cmd_problems_import(args) -> int:
             pool = _pool(args.workers)
         rep.phase(f"reading {args.source} from {args.path}" +
                   (" and running its reference programs in the sandbox" if pool is not None else ""))
+        import inspect
+
+        from problems.importers import IMPORTERS
+
+        report: dict = {}
+        kw = {"pool": pool} if pool is not None else {}
+        if "report" in inspect.signature(IMPORTERS.get(args.source, import_problems)).parameters:
+            kw["report"] = report  # per problem: what was dropped or fitted so its reference passes
         try:
-            probs = import_problems(args.source, Path(args.path), **({"pool": pool} if pool is not None else {}))
+            probs = import_problems(args.source, Path(args.path), **kw)
         finally:
             if pool is not None:
                 pool.close()
         _write_imported(probs, out, rep)
+    for pid, info in sorted(report.items()):  # nothing left out or changed without a line
+        if info.get("skipped"):
+            print(f"skipped {printable(pid, False)}: {printable(info['skipped'], False)}")
+        elif info.get("fitted"):
+            print(f"{printable(pid, False)}: {printable(info['fitted'], False)}")
     print(f"imported {len(probs)} {args.source} problems into {out}" +
           (f": {', '.join(p.id for p in probs)}" if args.source == "openevolve" else ""))
     return 0
@@ -229,6 +268,13 @@ def cmd_doctor(args) -> int:
 
 
 # ------------------------------------------------------------------ campaigns
+
+def cmd_defaults(args) -> int:
+    from .defaults_table import markdown, text
+
+    print(markdown() if args.markdown else text(), end="\n" if not args.markdown else "")
+    return 0
+
 
 def _chat_value(text: str | None):
     """--chat auto|true|false as the config value (bool or "auto")."""
@@ -865,6 +911,9 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", "which sandbox layers this machine gives candidates, and why not")
     p.add_argument("--json", action="store_true", help="every layer as one JSON object")
     p.set_defaults(fn=cmd_doctor)
+    p = sub.add_parser("defaults", "every run-config key with its default, flag and meaning (docs/DEFAULTS.md)")
+    p.add_argument("--markdown", action="store_true", help="the table as markdown, as docs/DEFAULTS.md holds it")
+    p.set_defaults(fn=cmd_defaults)
 
     p = sub.add_parser("run", "run an evolution campaign (or one per seed with --seeds)",
                        usage="vevo run [CONFIG.yaml] [--suite S | --problem ID | --problems-dir D] [--seeds A-B] "

@@ -13,7 +13,8 @@ warnings, one line each:
   a program already evaluated (the proposer has stopped exploring).
 * **unusable**: the same share of answers were empty, unparseable or could not be applied to their parent; the
   line names the most common reason.
-* **stall**: no problem's best score rose for ``stall`` iterations in a row.
+* **stall**: no problem's best score rose for ``stall`` iterations in a row; with ``stall_hint`` (the campaign's
+  `proposer.tiny.reach` note) the line names that likely cause.
 
 Pure: no I/O, no clock; the same observations give the same warnings.
 """
@@ -82,6 +83,7 @@ class Health:
     share: float = 0.8          # of answers: duplicates, unusable
     failure_share: float = 0.6  # of candidates: the same (status, message); "most", yet rare in a run that moves
     stall: int = 50
+    stall_hint: str = ""        # the likely cause a stall warning names (a proposer out of its problems' reach)
     _failures: deque = field(default_factory=deque)     # failure_cause of recent candidates; None = passed
     _answers: deque = field(default_factory=deque)      # "dup" | "bad" | "new" per recent answer slot
     _bad_reasons: deque = field(default_factory=deque)  # messages of recent unusable answers
@@ -127,7 +129,8 @@ class Health:
             self._said.add("stall")
             best = ", ".join(f"{k} {v:.3g}" for k, v in sorted(self._best.items())[:3])
             more = f" (+{len(self._best) - 3} more)" if len(self._best) > 3 else ""
-            out.append(f"no improvement for {obs.iteration - self._last_gain} iterations (best so far: {best}{more})")
+            out.append(f"no improvement for {obs.iteration - self._last_gain} iterations (best so far: {best}{more})"
+                       + (f"; likely cause: {self.stall_hint}" if self.stall_hint else ""))
         return out
 
     def _same_failure(self) -> list[str]:

@@ -111,6 +111,8 @@ def open_campaign(cfg: CampaignConfig, run_dir: Path, progress: bool | Reporter,
         trainer = CampaignTrainer(cfg, run_dir, backend, member=trained)
     camp = Campaign(cfg, run_dir, probs, backend, evaluator, progress=rep, trainer=trainer, members=members)
     camp.archive.set_meta("skipped_problems", json.dumps(skipped))
+    if camp.reach:  # the tiny proposer on strings or floats: said before the first iteration, not after a stall
+        print(f"warning: {camp.reach}", file=sys.stderr, flush=True)
     camp._own_pool = own_pool  # type: ignore[attr-defined]
     record_isolation(camp, rep)
     return camp

@@ -9,6 +9,24 @@ from typing import Any
 
 from problems.model import Problem
 
+MAX_VECTOR_CHARS = 64
+
+
+def vector_text(vector: list[float], width: int = MAX_VECTOR_CHARS) -> str:
+    """The per-test vector compactly: ``[1101]`` when every entry is 0 or 1, else ``[1,0.5,0]``; past width
+    characters it is cut and says how many tests it left out (``[1101…+460]``)."""
+    binary = all(v in (0.0, 1.0) for v in vector)
+    parts = [("1" if v == 1.0 else "0") if binary else f"{v:.2g}" for v in vector]
+    sep = "" if binary else ","
+    out, shown = "", 0
+    for part in parts:
+        if len(out) + len(part) + len(sep) > width:
+            break
+        out += (sep if shown else "") + part
+        shown += 1
+    return f"[{out}…+{len(parts) - shown}]" if shown < len(parts) else f"[{out}]"
+
+
 
 def check_problem(problem: Problem, pool) -> dict[str, Any]:
     """{"id", "seed": Evaluation.to_dict(), "reference": Evaluation.to_dict() or None}. The seed and the

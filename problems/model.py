@@ -239,8 +239,6 @@ def problem_from_dict(data: dict, folder: Path, where: Path) -> Problem:
     time_limit = float(_get(data, "time_limit", (int, float), where, default=10.0))
     mem = int(_get(data, "memory_limit_mb", int, where, default=1024))
     res = resources_from_dict(data.get("resources", {}), NATIVE, where)
-    if "memory_mb" in (data.get("resources") or {}):
-        mem = res.memory_mb
     if not 0 < time_limit <= MAX_TIME_LIMIT:  # also refuses nan and inf, which TOML can spell
         raise ProblemError(where, "time_limit", f"must be seconds in (0, {MAX_TIME_LIMIT:g}], got {time_limit}")
     if not 64 <= mem <= MAX_MEMORY_MB:

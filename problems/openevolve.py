@@ -7,7 +7,8 @@ message are read), and optionally a ``vevo.toml`` beside them for what OpenEvolv
                  evaluator.memory_limit_mb  the memory limit (else resources.OPENEVOLVE's)
                  database.feature_dimensions  left out of the fitness
                  early_stopping_patience < 0 with convergence_threshold on combined_score: the target
-    vevo.toml    solved = "scalar >= X" | "none",  time_limit,  [resources],  [metrics] name = higher|lower|ignore
+    vevo.toml    solved = "scalar >= X" | "none",  time_limit,  memory_limit_mb,  [resources] (no memory_mb: one
+                 key per limit),  [metrics] name = higher|lower|ignore
 
 Without a target the problem is open-ended (``solved = "none"``): OpenEvolve problems have no "solved", and a
 campaign on them runs its whole budget keeping the best so far.
@@ -23,10 +24,10 @@ import yaml
 
 from .metrics import check_directions
 from .model import _SOLVED_RE, MAX_TIME_LIMIT, OpenEvolveSpec, Problem, ProblemError
-from .resources import OPENEVOLVE, resources_from_dict
+from .resources import MAX, MIN, OPENEVOLVE, resources_from_dict
 
 DEFAULT_TIMEOUT = 300.0  # OpenEvolve's EvaluatorConfig.timeout
-VEVO_KEYS = {"solved", "time_limit", "resources", "metrics", "description"}
+VEVO_KEYS = {"solved", "time_limit", "memory_limit_mb", "resources", "metrics", "description"}
 
 
 def is_openevolve_folder(folder: Path) -> bool:
@@ -99,7 +100,8 @@ def load_openevolve(folder: str | Path, problem_id: str | None = None) -> Proble
         if "timeout" in evc:
             timeout = _number(cfg_path, "evaluator.timeout", evc["timeout"], 0, MAX_TIME_LIMIT)
         if evc.get("memory_limit_mb") is not None:
-            resources = resources_from_dict({"memory_mb": evc["memory_limit_mb"]}, resources, cfg_path, "evaluator")
+            resources = resources_from_dict({"memory_mb": evc["memory_limit_mb"]}, resources, cfg_path, "evaluator",
+                                            table=False)
         db = cfg.get("database") or {}
         if isinstance(db, dict) and isinstance(db.get("feature_dimensions"), list):
             feature_dims = tuple(str(x) for x in db["feature_dimensions"])
@@ -131,6 +133,12 @@ def load_openevolve(folder: str | Path, problem_id: str | None = None) -> Proble
             timeout = _number(vt, "time_limit", data["time_limit"], 0, MAX_TIME_LIMIT)
         if "resources" in data:
             resources = resources_from_dict(data["resources"], resources, vt)
+        if "memory_limit_mb" in data:
+            mem = data["memory_limit_mb"]
+            if not isinstance(mem, int) or isinstance(mem, bool) or not MIN["memory_mb"] <= mem <= MAX["memory_mb"]:
+                raise ProblemError(vt, "memory_limit_mb", f"expected an integer in [{MIN['memory_mb']}, "
+                                   f"{MAX['memory_mb']}], got {mem!r}")
+            resources = replace(resources, memory_mb=mem)
         directions = check_directions(data.get("metrics", {}), vt)
         if isinstance(data.get("description"), str):
             description = data["description"]

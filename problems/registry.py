@@ -69,6 +69,7 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
     if not root.exists():
         raise ProblemError(root, "", "no such file or directory")
     out = []
+    seen: dict[str, Problem] = {}
     skipped = [] if skipped is None else skipped
     for folder in find_problem_folders(root, skipped=skipped):
         try:
@@ -80,6 +81,8 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
             continue
         if p.suite is None:
             p.suite = folder.parent.name if folder != root else root.name
+        check_unique(seen, p)
+        seen[p.id] = p
         out.append(p)
     if not out and not errors and not find_problem_folders(root):
         if skipped:
@@ -87,6 +90,25 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
                                (f" (and {len(skipped) - 1} more)" if len(skipped) > 1 else ""))
         raise ProblemError(root, "", "no problem folders found")
     return out
+
+
+class DuplicateProblem(ProblemError):
+    """Two problem folders with one id: neither may be dropped silently, so loading stops and names both."""
+
+    def __init__(self, pid: str, first: object, second: object):
+        super().__init__(second, "id", f"{pid!r} is also the id of {first}; ids must be unique (rename one)")
+
+
+def _folder(p: Problem) -> Path | None:
+    """The folder a problem was read from (built-in suites have none, or a name string)."""
+    return p.source.resolve() if isinstance(p.source, Path) else None
+
+
+def check_unique(seen: dict[str, Problem], p: Problem) -> None:
+    """Raise DuplicateProblem when p's id already belongs to a problem read from another folder."""
+    other = seen.get(p.id)
+    if other is not None and _folder(p) is not None and _folder(other) is not None and _folder(p) != _folder(other):
+        raise DuplicateProblem(p.id, other.source, p.source)
 
 
 @dataclass
@@ -97,7 +119,9 @@ class Registry:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     def add(self, p: Problem) -> None:
-        self.problems.setdefault(p.id, p)  # first source wins: built-ins, then folders, then plugins
+        """First source wins (built-ins, then folders, then plugins); two folders with one id are an error."""
+        check_unique(self.problems, p)
+        self.problems.setdefault(p.id, p)
 
     builtins_loaded: bool = False  # only the default suites (pbe, sr) are generated up front
 

@@ -2,7 +2,8 @@
 
 Native problems keep small limits (a test call needs little); OpenEvolve evaluators are whole programs that load
 JAX, start process pools, write temp files and print progress, so their folders get generous defaults, raised
-further by ``evaluator.memory_limit_mb`` in ``config.yaml`` or ``[resources]`` in a ``vevo.toml`` beside it.
+further by ``evaluator.memory_limit_mb`` in ``config.yaml``, or ``memory_limit_mb`` and ``[resources]`` in a
+``vevo.toml`` beside it (memory has that one key everywhere; ``[resources] memory_mb`` is an error naming it).
 Whatever a problem asks for, ``capped`` bounds it by this host (a fraction of its memory, fixed ceilings for the
 rest) before it reaches the sandbox: a problem folder cannot ask for the machine. The wall-clock limit is the
 problem's ``time_limit`` (per cascade stage for OpenEvolve folders).
@@ -75,11 +76,19 @@ def capped(r: Resources) -> Resources:
     return replace(r, **kw)
 
 
-def resources_from_dict(data: Any, base: Resources, where: str | Path, field_: str = "resources") -> Resources:
-    """A ``[resources]`` table over base. Unknown keys and non-integers are one-line errors."""
+MEMORY_KEY = "memory_limit_mb"  # the one key of the memory limit: top level in problem.toml and vevo.toml
+
+
+def resources_from_dict(data: Any, base: Resources, where: str | Path, field_: str = "resources",
+                        table: bool = True) -> Resources:
+    """A ``[resources]`` table over base. Unknown keys and non-integers are one-line errors. In a user's table
+    (table=True) ``memory_mb`` is one too, naming MEMORY_KEY: one limit has one key, so two cannot disagree."""
     if not isinstance(data, dict):
         raise ProblemError(where, field_, "must be a table")
-    names = {f.name for f in fields(Resources)}
+    names = {f.name for f in fields(Resources)} - ({"memory_mb"} if table else set())
+    if table and "memory_mb" in data:
+        raise ProblemError(where, f"{field_}.memory_mb", f"the memory limit's key is {MEMORY_KEY}, at the top level "
+                           f"(write {MEMORY_KEY} = {data['memory_mb']!r} above [{field_}])")
     kw = {}
     for k, v in data.items():
         if k not in names:

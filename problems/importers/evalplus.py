@@ -21,6 +21,11 @@ Faithful to EvalPlus's checker:
 Slow inputs: when the reference needs more than SLOW_BUDGET (2 s) for all inputs, each input is timed
 alone and the slowest plus inputs are dropped until it fits (status 'slow' in the report). The time limit
 is then ``max(10 s, 5 x the reference's wall time on the kept inputs)``, at most 60 s.
+
+Every imported problem is solvable: the reference then runs on the finished problem as a candidate would, all
+tests in one sandbox job (``fit_reference``), and limits or tests are fitted until it passes (humanevalplus/15's
+6.9 MB strings fit one at a time but not a dozen together); `vevo problems import` prints what was done in one
+line per problem, and one per problem left out.
 """
 from __future__ import annotations
 
@@ -43,6 +48,9 @@ MEMORY_MB = 1024
 REF_TIME_LIMIT = 30.0   # per reference run while computing expected outputs
 SLOW_BUDGET = 2.0       # seconds of reference time per problem; slower plus inputs are dropped
 MAX_REF_TIMEOUTS = 3    # after this many inputs time out, the rest of the problem's inputs are dropped
+MAX_FIT_ROUNDS = 8      # reference runs that fit limits and tests to it (fit_reference)
+REASONS = {"output_limit": "with the largest expected values, past the sandbox's output limit together",
+           "memory": "with the largest expected values, past the memory limit together"}
 
 MBPP_OUTPUT_NOT_NONE_TASKS = ("check_str", "text_match_three", "text_starta_endb")
 MBPP_OUTPUT_SET_EQ_TASKS = ("similar_elements", "find_char_long", "common_in_nested_lists", "extract_singly",
@@ -318,6 +326,7 @@ def build_problem(spec: dict, pool) -> tuple[Problem | None, dict]:
     if wall > SLOW_BUDGET:
         outs, wall = _drop_slowest(pool, spec, call, setup, inputs, outs)
     tests: list[CallCase] = []
+    parts: list[str] = []  # base | plus, per test
     dropped: dict[str, int] = {}
     n_base = 0
     for (part, args), (status, value) in zip(spec["inputs"], outs):
@@ -326,6 +335,7 @@ def build_problem(spec: dict, pool) -> tuple[Problem | None, dict]:
             continue
         label = wrapped_label(entry, mode, args, {}, value, spec["atol"] or 1e-4) if mode else ""
         tests.append(CallCase(args=args, expected=value, label=label))
+        parts.append(part)
         n_base += part == "base"
     info = {"inputs": len(inputs), "kept": len(tests), "dropped": dropped, "reference_wall": round(wall, 3),
             "compare": mode or "equal"}
@@ -346,5 +356,72 @@ def build_problem(spec: dict, pool) -> tuple[Problem | None, dict]:
                 description=spec["description"], entry_point=call, setup_code=setup,
                 reference_code=spec["reference"], time_limit=time_limit, memory_limit_mb=MEMORY_MB,
                 float_tol=float_tol, suite="evalplus", meta=meta)
-    info["time_limit"] = time_limit
+    p = fit_reference(p, pool, info, parts)
+    if p is not None:
+        info["time_limit"] = p.time_limit
+        info["kept"] = p.n_tests
     return p, info
+
+
+def _size(value: Any) -> int:
+    return len(values.dumps(value))
+
+
+def fit_reference(p: Problem, pool, info: dict, parts: list[str] | None = None,
+                  rounds: int = MAX_FIT_ROUNDS) -> Problem | None:
+    """Run the reference on the finished problem as every candidate is run (all tests in one sandbox job) and
+    make it pass, so every imported problem is solvable: a timeout doubles the time limit (up to
+    MAX_TIME_LIMIT); results too large for the sandbox (``output_limit``, ``memory``: the expected values were
+    computed a few inputs at a time, a candidate returns them all at once; humanevalplus/15 has 6.9 MB strings)
+    drop the tests with the largest expected values until half the bytes are left, plus inputs before base ones
+    (``parts``: "base" | "plus" per test); failing tests are dropped. ``info['fitted']`` says what was done in
+    one line; None (and ``info['skipped']``) when the reference still fails. A pool without ``evaluate``
+    leaves p as it is."""
+    evaluate = getattr(pool, "evaluate", None)
+    if evaluate is None:
+        return p
+    done: list[str] = []
+    dropped: dict[str, int] = {}
+    parts = list(parts) if parts is not None else ["plus"] * p.n_tests
+    for _ in range(rounds):
+        ev = evaluate(p, p.reference_code)
+        if ev.solved:
+            break
+        keep = list(range(p.n_tests))
+        if ev.status == "timeout" and p.time_limit < MAX_TIME_LIMIT:
+            p.time_limit = float(min(MAX_TIME_LIMIT, 2 * p.time_limit))
+            done.append(f"time limit raised to {p.time_limit:g}s")
+            continue
+        if ev.status in ("output_limit", "memory"):
+            sizes = {i: _size(t.expected) for i, t in enumerate(p.tests)}
+            left = sum(sizes.values())
+            half = left // 2
+            for i in sorted(sizes, key=lambda i: (parts[i] == "base", -sizes[i])):
+                if left <= half or len(keep) == 1:
+                    break
+                keep.remove(i)
+                left -= sizes[i]
+        else:
+            failing = set(ev.artifacts.get("failing_tests") or [])
+            keep = [i for i in keep if i not in failing]
+        if not keep or len(keep) == p.n_tests:
+            break
+        dropped[ev.status] = dropped.get(ev.status, 0) + p.n_tests - len(keep)
+        p.tests, parts = [p.tests[i] for i in keep], [parts[i] for i in keep]
+    else:
+        ev = evaluate(p, p.reference_code)
+    n_drop = sum(dropped.values())
+    if n_drop:
+        why = ", ".join(f"{v} {REASONS.get(k, k)}" for k, v in sorted(dropped.items()))
+        done.append(f"dropped {n_drop} test{'s' * (n_drop != 1)} so that its reference passes run as a candidate is, "
+                    f"all tests in one sandbox job ({why}); {p.n_tests} kept")
+        p.meta["dropped_inputs"] = p.meta.get("dropped_inputs", 0) + n_drop
+        p.meta["base_inputs"], p.meta["plus_inputs"] = parts.count("base"), parts.count("plus")
+        for k, v in dropped.items():
+            info["dropped"][f"reference_{k}"] = v
+    if done:
+        info["fitted"] = "; ".join(done)
+    if not ev.solved:
+        info["skipped"] = f"the reference fails its own tests ({ev.status}) after fitting"
+        return None
+    return p

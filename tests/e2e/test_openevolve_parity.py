@@ -94,7 +94,7 @@ def test_stage_over_its_timeout_is_what_openevolve_reports(tmp_path):
 def test_limits_a_problem_asks_for_are_enforced(tmp_path):
     """vevo.toml asks for 256 MB: the 1.5 GB probe is then ``memory``, and 16 threads stop the thread probe."""
     mem = _probe("memory", tmp_path)
-    (mem / "vevo.toml").write_text("[resources]\nmemory_mb = 256\n")
+    (mem / "vevo.toml").write_text("memory_limit_mb = 256\n")
     thr = _probe("threads", tmp_path)
     (thr / "vevo.toml").write_text("[resources]\nnproc = 16\n")
     with SandboxPool(workers=1) as pool:

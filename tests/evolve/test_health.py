@@ -139,3 +139,11 @@ def test_pbe_campaign_whose_every_candidate_raises_the_same_exception_warns(tmp_
     assert len(same) == 1 and "(wrong, e.g. at f(" in same[0], lines
     assert any("ValueError" in w["text"] for w in
                json.loads(vevo("runs", "show", str(tmp_path / "run"), "--json").stdout)["warnings"])
+
+
+def test_stall_names_the_likely_cause_it_was_given():
+    h = Health(stall=3, stall_hint="1 of 1 problems are out of the bundled tiny proposer's reach (p: str inputs)")
+    h.observe(seeds())
+    out = [w for i in range(1, 4) for w in h.observe(it(i, [Outcome("p", "wrong", 0.0, "")]))]
+    assert out == ["no improvement for 3 iterations (best so far: p 0.25); likely cause: 1 of 1 problems are out of "
+                   "the bundled tiny proposer's reach (p: str inputs)"]

@@ -43,8 +43,10 @@ def test_stack_named_fills_the_worst_value():
 
 
 def test_resources_parse_cap_and_refuse():
-    r = resources_from_dict({"nproc": 200, "memory_mb": 2048}, NATIVE, "p.toml")
+    r = resources_from_dict({"nproc": 200, "memory_mb": 2048}, NATIVE, "p.toml", table=False)
     assert (r.nproc, r.memory_mb, r.nofile) == (200, 2048, NATIVE.nofile)
+    with pytest.raises(ProblemError, match=r"p.toml: resources.memory_mb: the memory limit's key is memory_limit_mb"):
+        resources_from_dict({"nproc": 200, "memory_mb": 2048}, NATIVE, "p.toml")
     with pytest.raises(ProblemError, match=r"p.toml: resources.gpus: unknown key"):
         resources_from_dict({"gpus": 1}, NATIVE, "p.toml")
     with pytest.raises(ProblemError, match=r"resources.nofile: expected an integer"):

@@ -42,7 +42,7 @@ def test_scaffolds_pass_check(tmp_path, kind):
     vevo("problems", "new", f"p_{kind}", "--kind", kind, "--dir", str(tmp_path))
     r = vevo("problems", "check", str(tmp_path / f"p_{kind}"), "--json")
     rows = [json.loads(line) for line in r.stdout.splitlines()]
-    assert len(rows) == 1 and set(rows[0]) == {"id", "seed", "reference"}
+    assert len(rows) == 1 and set(rows[0]) == {"id", "seed", "reference", "tiny_out_of_reach"}
     seed = rows[0]["seed"]
     assert set(seed) >= {"status", "vector", "scalar", "solved", "artifacts"}
     if kind != "openevolve":
@@ -80,7 +80,7 @@ def test_check_folder_of_many_reports_bad_one_and_checks_the_rest(tmp_path):
     write(tmp_path / "all" / "bad", {"problem.toml": "id = [", "seed.py": SEED})
     r = vevo("problems", "check", str(tmp_path / "all"), check=False)
     assert r.returncode == 2
-    assert "sq: seed wrong" in r.stdout and "reference ok 1.000 solved" in r.stdout
+    assert "sq: seed wrong" in r.stdout and "reference ok 1.000 [11] solved" in r.stdout
     assert "bad/problem.toml" in r.stderr
 
 

@@ -473,8 +473,17 @@ def cmd_export(args) -> int:
 
     from .arms import expand, run_seed
 
+    if args.format == "traces":  # one record per group, for learners (evolve/traces.py, docs/TRACES.md)
+        from .traces import export_traces
+
+        man = export_traces(args.run_dir, args.out)
+        print(f"exported {man['groups']} groups ({man['completions']} completions) of "
+              f"{_count(len(man['runs']), 'run')} to {args.out} (traces schema v{man['schema_version']})")
+        return 0
+    if len(args.run_dir) != 1:
+        raise UserError(f"vevo export --format {args.format}: one run folder (several runs: --format traces)")
     rows = []
-    for run in expand(args.run_dir):  # a seeds folder: every seed's programs in one file
+    for run in expand(args.run_dir[0]):  # a seeds folder: every seed's programs in one file
         seed = run_seed(run)
         with _open_run(str(run)) as a:
             rows += [{"seed": seed, **r} for r in a.export_rows(detail=True)]
@@ -827,10 +836,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                    "its parent")
     p.add_argument("--json", action="store_true", help="the summary as one JSON object")
     p.set_defaults(fn=cmd_runs_show)
-    p = sub.add_parser("export", "one row per evaluated program, as CSV or Parquet")
-    p.add_argument("run_dir", help="the run folder")
-    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format")
-    p.add_argument("--out", required=True, help="the file to write")
+    p = sub.add_parser("export", "one row per evaluated program (CSV, Parquet), or one per group (traces)")
+    p.add_argument("run_dir", nargs="+", metavar="RUN", help="the run folder (traces: run or seeds folders, "
+                   "several into one dataset)")
+    p.add_argument("--format", choices=["csv", "parquet", "traces"], default="csv",
+                   help="file format; traces: every group's prompt, completions, tokens, behaviour log-probs and "
+                   "answers, as Parquet + JSONL in the folder --out (docs/TRACES.md)")
+    p.add_argument("--out", required=True, help="the file to write (traces: the folder)")
     p.set_defaults(fn=cmd_export)
     runs_help = "a run folder, a seeds folder (`vevo run --seeds`: one arm), or NAME=FOLDER; folders sharing a " \
                 "NAME are averaged"

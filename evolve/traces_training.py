@@ -99,7 +99,7 @@ def train_on_traces(backend, records: list[dict[str, Any]], cfg: CampaignConfig,
         raise TrainingError(f"vevo train --traces: offline training takes an advantage estimator "
                             f"({', '.join(ESTIMATORS)}), not {algo!r}")
     if not has(backend, TRAINABLE):
-        raise TrainingError(f"vevo train --traces needs a trainable backend (tiny or hf:PATH)")
+        raise TrainingError("vevo train --traces needs a trainable backend (tiny or hf:PATH)")
     if not records:
         raise TrainingError("vevo train --traces: no recorded group passed the filters (problem, split, status, "
                             "policy version) with token ids and behaviour log-probs")
@@ -119,7 +119,11 @@ def train_on_traces(backend, records: list[dict[str, Any]], cfg: CampaignConfig,
             raw_mats += raw
             mats += shaped
             gids += [gi] * len(shaped)
-        adv, diag = ESTIMATORS[algo](mats, gids, rng=rng)
+        try:
+            adv, diag = ESTIMATORS[algo](mats, gids, rng=rng)
+        except ValueError as e:  # recorded data the estimator cannot take: name the groups, no traceback
+            raise TrainingError(f"vevo train --traces, step {step}: groups "
+                                f"{[records[i]['group_id'] for i in chosen]}: {e}") from None
         k = 0
         for i in chosen:
             n = len(records[i]["completions"])

@@ -177,3 +177,16 @@ def test_with_lr_0_the_recorded_set_reward_does_not_rise(traces):
     hist = train_on_traces(make_backend("tiny"), select(load_traces(traces)), cfg, steps=4, log=lambda s: None)
     before, after = hist[0]["recorded_set_reward_before"], hist[-1]["recorded_set_reward"]
     assert after == pytest.approx(before, abs=1e-9), (before, after)
+
+
+@pytest.mark.slow  # ~15 s of CPU (sampling and the sandbox, twice): `pytest -m slow tests/evolve/test_traces.py`
+def test_train_traces_probes_the_recorded_problems_and_held_out_ones(traces, tmp_path):
+    """`train.probe_every`: the sandboxed probes of `vevo train`, own (the recorded problems) and held-out, before
+    the first step and at every N-th (the smallest probe: one problem, one completion each)."""
+    r = vevo("train", "--proposer", "tiny", "--traces", str(traces), "--problem", "pbe/list-4", "--steps", "1",
+             "--probe-every", "1", "--set", "train.probe_problems=1", "--set", "train.probe_group=1", "--answers",
+             "2", "--max-tokens", "32", "--out", str(tmp_path / "m"), "--quiet")
+    (step,) = _steps(r.stdout)
+    assert {"probe_own_before", "probe_heldout_before", "probe_own", "probe_heldout",
+            "recorded_set_reward_before", "recorded_set_reward"} <= set(step)
+    assert step["groups"] == 1 and step["samples"] == 4  # --problem: only pbe/list-4's recorded groups

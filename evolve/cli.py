@@ -527,8 +527,17 @@ def cmd_export(args) -> int:
 
     from .arms import expand, run_seed
 
+    if args.format == "traces":  # one record per group, for learners (evolve/traces.py, docs/TRACES.md)
+        from .traces import export_traces
+
+        man = export_traces(args.run_dir, args.out)
+        print(f"exported {man['groups']} groups ({man['completions']} completions) of "
+              f"{_count(len(man['runs']), 'run')} to {args.out} (traces schema v{man['schema_version']})")
+        return 0
+    if len(args.run_dir) != 1:
+        raise UserError(f"vevo export --format {args.format}: one run folder (several runs: --format traces)")
     rows = []
-    for run in expand(args.run_dir):  # a seeds folder: every seed's programs in one file
+    for run in expand(args.run_dir[0]):  # a seeds folder: every seed's programs in one file
         seed = run_seed(run)
         with _open_run(str(run)) as a:
             rows += [{"seed": seed, **r} for r in a.export_rows(detail=True)]
@@ -681,12 +690,60 @@ def _train_config(args):
     return cfg
 
 
+def _train_traces(args, cfg, rep):
+    """`vevo train --traces DIR`: offline RL on recorded groups (evolve/traces_training.py); --suite / --problem
+    select the groups' problems (none: all), the probes run on those the registry knows."""
+    from proposer.backends import make_backend
+
+    from .traces import load_traces, select
+    from .traces_training import train_on_traces
+
+    ids = list(args.problem) + ([p.id for p in _registry(args).select(suite=args.suite)] if args.suite else [])
+    rep.phase(f"loading traces from {args.traces}")
+    records = select(load_traces(args.traces), problems=ids, splits=args.split, statuses=args.status,
+                     min_version=args.min_version, max_version=args.max_version)
+    rep.phase(f"loading proposer {args.proposer}")
+    backend = make_backend(args.proposer, **_backend_kw(args.proposer, args.chat))
+    with _pool(args.workers) as pool:
+        prober = None
+        if cfg.train.probe_every:
+            from .probe import Prober
+            from .study import _style
+
+            from problems.registry import UnknownProblem
+
+            reg, known = _registry(args), []
+            for pid in sorted({r["problem"] for r in records}):
+                try:
+                    known.append(reg.get(pid))
+                except UnknownProblem:  # a problem of a folder this command was not given: no probe on it
+                    pass
+            if known:
+                prober = Prober(known, seed=cfg.seed, k=cfg.train.probe_problems, group=cfg.train.probe_group,
+                                m=cfg.search.answers, temperature=cfg.sampling.temperature,
+                                max_tokens=cfg.sampling.max_tokens, style=_style(backend))
+        hist = train_on_traces(backend, records, cfg, steps=args.steps, out=args.out, reporter=rep, prober=prober,
+                               pool=pool, log=lambda line: print(line, flush=True))
+    return hist, len(records)
+
+
 def cmd_train(args) -> int:
     """stdout: one JSON object per step (the stable interface), then the summary; stderr: progress."""
     with _reporter(args) as rep:
         from .study import train, trend
 
         cfg = _train_config(args)
+        if args.traces:
+            hist, n = _train_traces(args, cfg, rep)
+            before, after = hist[0]["recorded_set_reward_before"], hist[-1]["recorded_set_reward"]
+            text = (f"recorded set reward of {_count(n, 'recorded group')} (importance-weighted by the policy): "
+                    f"{before:.4f} before -> {after:.4f} after {len(hist)} steps")
+            rep.summary(text, steps=len(hist))
+            print(f"trained {len(hist)} steps offline; model saved to {args.out} (use --proposer hf:{args.out})\n"
+                  f"{text}")
+            return 0
+        if not (args.suite or args.problem):
+            raise UserError("no problems selected (give --suite or --problem, or --traces DIR)")
         probs, backend = _study_setup(args, rep)
         with _pool(args.workers) as pool:
             hist = train(backend, probs, pool, cfg, steps=args.steps, out=args.out,
@@ -962,10 +1019,13 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                    "its parent")
     p.add_argument("--json", action="store_true", help="the summary as one JSON object")
     p.set_defaults(fn=cmd_runs_show)
-    p = sub.add_parser("export", "one row per evaluated program, as CSV or Parquet")
-    p.add_argument("run_dir", help="the run folder")
-    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format")
-    p.add_argument("--out", required=True, help="the file to write")
+    p = sub.add_parser("export", "one row per evaluated program (CSV, Parquet), or one per group (traces)")
+    p.add_argument("run_dir", nargs="+", metavar="RUN", help="the run folder (traces: run or seeds folders, "
+                   "several into one dataset)")
+    p.add_argument("--format", choices=["csv", "parquet", "traces"], default="csv",
+                   help="file format; traces: every group's prompt, completions, tokens, behaviour log-probs and "
+                   "answers, as Parquet + JSONL in the folder --out (docs/TRACES.md)")
+    p.add_argument("--out", required=True, help="the file to write (traces: the folder)")
     p.set_defaults(fn=cmd_export)
     runs_help = "a run folder, a seeds folder (`vevo run --seeds`: one arm), or NAME=FOLDER; folders sharing a " \
                 "NAME are averaged"
@@ -1064,6 +1124,18 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
             p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                            help="any config key, dotted (train.kl_beta=0, sampling.temperature=0.8)")
             p.add_argument("--out", required=True, metavar="DIR", help="where the trained model is saved")
+            g = p.add_argument_group("offline, on recorded groups", "`vevo export RUN --format traces` datasets "
+                                     "(docs/TRACES.md); --suite / --problem then select the recorded problems")
+            g.add_argument("--traces", metavar="DIR", help="train on these recorded groups instead of sampling "
+                           "(importance-weighted against their behaviour log-probs)")
+            g.add_argument("--split", action="append", default=[], metavar="NAME",
+                           help="only groups of problems of this split (train, test; repeatable)")
+            g.add_argument("--status", action="append", default=[], metavar="S", help="only groups with an answer "
+                           "of this status or outcome (solved statuses, wrong, new, duplicate, ...; repeatable)")
+            g.add_argument("--min-version", dest="min_version", type=int, metavar="N",
+                           help="only groups sampled by policy version >= N")
+            g.add_argument("--max-version", dest="max_version", type=int, metavar="N",
+                           help="only groups sampled by policy version <= N")
         else:
             p.add_argument("--k", type=int, default=30, help="candidate budget per problem the metrics are read at "
                            "(best@k, pass@k)")

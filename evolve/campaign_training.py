@@ -284,8 +284,9 @@ class CampaignTrainer:
         self._t0 = time.monotonic()
         camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups"
                             f"{', on the learner thread' if background else ''})", announce=True)
-        # before the first update: the probes' baseline, kept in that step's row
-        self._before = self._probe(camp, "_before") if self.version == 0 else {}
+        # before the first update: the probes' baseline, kept in that step's row (overlapped: on the learner
+        # thread, before the update, while the loop samples the same policy pinned)
+        self._before = self._probe(camp, "_before") if self.version == 0 and not background else {}
         raw_mats, gids, comps = flatten_groups(groups)
         if self.covrl is not None:
             from evolve.covrl_campaign import is_covrl_step
@@ -320,12 +321,16 @@ class CampaignTrainer:
         if samples:
             self.trainer.cfg.movement = movement_due(self.cfg, self.version)
             if background and self.backend.pin_sampling():
-                prep = time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0))
+                before = partial(self._probe, camp, "_before", quiet=True) if self.version == 0 else None
                 probe = None
                 if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
-                self._flight = _Flight(iteration, stats, self.trainer, samples, prep, probe, self.backend)
+                self._flight = _Flight(iteration, stats, self.trainer, samples, time.monotonic() - self._t0,
+                                       before, probe, self.backend)
                 return None
+        if background and self.version == 0:  # the learner thread was not used after all: the baseline here
+            self._before = self._probe(camp, "_before")
+        if samples:
             with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
             self.version += 1
@@ -380,26 +385,29 @@ class CampaignTrainer:
 
 
 class _Flight:
-    """One update on the learner thread: ``trainer.step(samples)``, then ``probe()`` of the policy it made (the
-    live model, while the loop samples the pinned one), their outcome and the step's cost (``seconds``: the
-    preparation in the loop plus the step; the probe counts apart, as ``probe_seconds``)."""
+    """One update on the learner thread: ``before()`` (the first step's baseline probe), ``trainer.step(samples)``,
+    then ``probe()`` of the policy it made, the probes sampling the live model while the loop samples the pinned
+    one; their outcome and the step's cost (``seconds``: the preparation in the loop plus the step; probes count
+    apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float,
-                 probe: Any, backend: Any) -> None:
+                 before: Any, probe: Any, backend: Any) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(trainer, samples, probe, backend),
+        self.thread = threading.Thread(target=self._run, args=(trainer, samples, before, probe, backend),
                                        name="vevo-learner", daemon=True)
         self.thread.start()
 
-    def _run(self, trainer: Any, samples: list, probe: Any, backend: Any) -> None:
-        t = time.monotonic()
+    def _run(self, trainer: Any, samples: list, before: Any, probe: Any, backend: Any) -> None:
         try:
-            self.out = trainer.step(samples)
-            self.seconds += time.monotonic() - t
-            if probe is not None:
-                with backend.live_sampling():
+            with backend.live_sampling():
+                base = before() if before is not None else {}
+                t = time.monotonic()
+                self.out = trainer.step(samples)
+                self.seconds += time.monotonic() - t
+                self.out.update(base)
+                if probe is not None:
                     self.out.update(probe())
         except BaseException as e:  # re-raised by join, in the loop's thread
             self.error = e

@@ -180,7 +180,7 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path)
         ra, rb = a.training_rows(), b.training_rows()
         def key(r):
             return (r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss"),
-                    r.data.get("probe_own"), r.data.get("probe_heldout"))
+                    r.data.get("probe_own"), r.data.get("probe_heldout"), r.data.get("probe_own_before"))
         assert [key(r) for r in ra] == [key(r) for r in rb]
         # probes ran on the learner thread, of the policy each step made (versions 2, 4, ...), and were redone
         assert [r.policy_version for r in ra if "probe_own" in r.data] == [2, 4, 6, 8]

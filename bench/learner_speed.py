@@ -4,7 +4,8 @@ and an untrained campaign at the same G (from the runs' own compute account). Ra
 the load average printed beside them.
 
     python bench/learner_speed.py                       # sampling, step, FLOP limit (~2 min on 2 cores)
-    python bench/learner_speed.py --campaigns 30        # + 30-iteration campaigns, trained vs untrained
+    python bench/learner_speed.py --campaigns 30        # + 30-iteration campaigns: untrained, trained (overlapped
+                                                        #   learner, the default) and trained in the loop
     python bench/learner_speed.py --device cuda         # bench/gpu_check.sh runs this on a GPU
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from evolve.compute import describe  # noqa: E402
 from proposer.answers.scoring import seed_prompt  # noqa: E402
 from proposer.backends import make_backend  # noqa: E402
 from proposer.backends import fast_sampler as fs  # noqa: E402
@@ -93,27 +95,36 @@ def step_times(be, prompt: str, repeats: int) -> dict:
     return out
 
 
+ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner
+        "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"]}  # the step in the loop's thread
+
+
 def campaigns(iterations: int, repeats: int, group: int) -> dict:
-    """Wall seconds of `vevo run` trained (vpo, the default schedule and probe rate) vs untrained at G, on
-    pbe-hard-heldout, from each run's compute account (`vevo runs show --json`)."""
+    """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
+    overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
+    G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`)."""
     vevo = str(Path(sys.executable).parent / "vevo")
-    walls: dict[str, list[float]] = {"none": [], "vpo": []}
+    walls: dict[str, list[float]] = {k: [] for k in ARMS}
     accounts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
-            for arm in ("none", "vpo"):
+            for arm, flags in ARMS.items():
                 out = Path(tmp) / f"{arm}-{r}"
                 subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
                                 str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
-                                "--train", arm, "--out", str(out), "--quiet"], check=True)
+                                *flags, "--out", str(out), "--quiet"], check=True)
                 show = json.loads(subprocess.run([vevo, "runs", "show", str(out), "--json"], check=True,
                                                  capture_output=True, text=True).stdout)
                 comp = show.get("compute", {})
                 walls[arm].append(float(comp.get("wall_seconds") or 0.0))
                 accounts[arm] = comp
     med = {k: statistics.median(v) for k, v in walls.items()}
-    return {"iterations": iterations, "group": group, "wall_none": med["none"], "wall_vpo": med["vpo"],
-            "ratio": med["vpo"] / med["none"] if med["none"] else None, "walls": walls, "accounts": accounts}
+    out = {"iterations": iterations, "group": group, "walls": walls, "accounts": accounts,
+           **{f"wall_{k}": v for k, v in med.items()}}
+    for k in ("vpo", "vpo_in_loop"):
+        out[f"ratio_{k}"] = med[k] / med["none"] if med["none"] else None
+    out["ratio"] = out["ratio_vpo"]
+    return out
 
 
 def main() -> None:
@@ -122,47 +133,53 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the campaign default)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=200, help="tokens per row in the sampling measurement")
-    ap.add_argument("--campaigns", type=int, default=0, help="iterations of the campaign pair (0: skip)")
+    ap.add_argument("--campaigns", type=int, default=0, help="iterations of the campaign arms (0: skip)")
+    ap.add_argument("--campaigns-only", action="store_true", help="skip the sampling and step measurements")
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     be = make_backend("tiny", device=args.device, threads=args.threads)
     torch.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}; torch threads {torch.get_num_threads()}; device {args.device}")
-    prompt = campaign_prompt(be)
-    ids = be.encode_prompt(prompt, 384)[0]
-    res: dict = {"prompt_tokens": len(ids), "threads": args.threads, "device": args.device}
-    gflops = flop_limit(args.device, args.repeats)
-    per_tok = fs.flops_per_token(be.model, len(ids) + args.tokens // 2)
-    res["fp32_gflops"], res["flop_limit_tok_s"] = gflops, gflops * 1e9 / per_tok
-    print(f"fp32 matmul {gflops:.1f} GFLOP/s; {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit "
-          f"{res['flop_limit_tok_s']:.0f} tokens/s")
-    rows = []
-    for lora in (False, True):
-        if lora:
-            torch.manual_seed(0)
-            be.model = wrap_lora(be.model, rank=8)
-            for n, p in be.model.named_parameters():
-                if "lora_B" in n:
-                    p.data.normal_(0.0, 0.02)
-        for batch in (8, 16):
-            r = sampling(be, ids, batch, args.tokens, args.repeats, lora)
-            r["share_of_flop_limit"] = r["fast_tok_s"] / res["flop_limit_tok_s"]
-            rows.append(r)
-            print(f"sampling batch {batch:2d} lora {str(lora):5s}: general {r['general_tok_s']:6.0f} tok/s, "
-                  f"fast {r['fast_tok_s']:6.0f} tok/s ({r['ratio']:.2f}x; {100 * r['share_of_flop_limit']:.0f}% "
-                  f"of the FLOP limit)")
-    res["sampling"] = rows
-    st = step_times(be, prompt, args.repeats)
-    res["step"] = st
-    print(f"training step on a group of 8 ({st['completion_tokens']} completion tokens): general "
-          f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
-          f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x)")
+    res: dict = {"threads": args.threads, "device": args.device}
+    if not args.campaigns_only:
+        prompt = campaign_prompt(be)
+        ids = be.encode_prompt(prompt, 384)[0]
+        res["prompt_tokens"] = len(ids)
+        gflops = flop_limit(args.device, args.repeats)
+        per_tok = fs.flops_per_token(be.model, len(ids) + args.tokens // 2)
+        res["fp32_gflops"], res["flop_limit_tok_s"] = gflops, gflops * 1e9 / per_tok
+        print(f"fp32 matmul {gflops:.1f} GFLOP/s; {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit "
+              f"{res['flop_limit_tok_s']:.0f} tokens/s")
+        rows = []
+        for lora in (False, True):
+            if lora:
+                torch.manual_seed(0)
+                be.model = wrap_lora(be.model, rank=8)
+                for n, p in be.model.named_parameters():
+                    if "lora_B" in n:
+                        p.data.normal_(0.0, 0.02)
+            for batch in (8, 16):
+                r = sampling(be, ids, batch, args.tokens, args.repeats, lora)
+                r["share_of_flop_limit"] = r["fast_tok_s"] / res["flop_limit_tok_s"]
+                rows.append(r)
+                print(f"sampling batch {batch:2d} lora {str(lora):5s}: general {r['general_tok_s']:6.0f} tok/s, "
+                      f"fast {r['fast_tok_s']:6.0f} tok/s ({r['ratio']:.2f}x; {100 * r['share_of_flop_limit']:.0f}% "
+                      f"of the FLOP limit)")
+        res["sampling"] = rows
+        st = step_times(be, prompt, args.repeats)
+        res["step"] = st
+        print(f"training step on a group of 8 ({st['completion_tokens']} completion tokens): general "
+              f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
+              f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x)")
     if args.campaigns:
         c = campaigns(args.campaigns, args.repeats, args.group)
         res["campaigns"] = c
-        print(f"{c['iterations']}-iteration campaign at G = {c['group']}: untrained {c['wall_none']:.0f} s, "
-              f"trained {c['wall_vpo']:.0f} s ({c['ratio']:.2f}x)")
+        print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): untrained "
+              f"{c['wall_none']:.1f} s, trained {c['wall_vpo']:.1f} s ({c['ratio_vpo']:.2f}x), trained with the step "
+              f"in the loop {c['wall_vpo_in_loop']:.1f} s ({c['ratio_vpo_in_loop']:.2f}x)")
+        for arm, acc in c["accounts"].items():
+            print(f"  {arm}: {describe(acc)}")
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

@@ -189,6 +189,9 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path)
         assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
                [c.token_ids for g in b.recent_groups(100) for c in g.completions]
     assert_same_policy(ref, run)
+    for r in (ref, run):  # and the same export, program for program
+        vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))
+    assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
 
 
 def test_every_training_knob_reaches_the_trainer():

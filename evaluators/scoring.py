@@ -252,4 +252,9 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     if oe.get("in_process") is not False:  # the program ran inside the evaluator's process: it could forge this
         arts["unverified"] = "the evaluator ran the program in its own process; its metrics are forgeable"
         solved = False
+    flagged = next((r for r in recs if r.get("t") == "unverified"), None)
+    if flagged is not None:  # written before anything the evaluator unpickled could run: a forged record cannot hide it
+        arts["unverified"] = _text(flagged.get("why", ""), 300) + \
+            " (outside the allow-list of builtin containers and numpy arrays): its metrics are forgeable"
+        solved = False
     return Evaluation(vector=vec, scalar=float(scalar), solved=solved, status=status, artifacts=arts)

@@ -61,6 +61,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
     n = problem.n_tests
     if "worker_error" in raw or "killed" in raw:
         return Evaluation.failed("killed", n, error=raw.get("worker_error") or raw.get("killed"))
+    if "budget" in raw:  # over the disk or process budget a Landlock worker checks itself (evaluators/budget.py)
+        return Evaluation.failed("output_limit", n, error=f"stopped: it {_text(raw['budget'], 200)}")
     if "undecodable" in raw:  # the worker's report carried something the orchestrator would not decode
         return Evaluation.failed("crash", n, error=f"undecodable result ({raw['undecodable']})")
     if problem.openevolve is not None:

@@ -427,6 +427,63 @@ def test_a_candidate_cannot_change_limits_or_priority_of_another_process(user, s
         _kill_all(u.pw_uid)
 
 
+@pytest.mark.parametrize("mode", ["userns", "landlock"])
+def test_disk_budget_fork_chains_and_forged_metrics_as_an_ordinary_user(user, shared_dir, mode):
+    """Issue 34, without root; Landlock forced as a container runtime forces it (unshare refused by seccomp). A
+    candidate writing 64 MB with disk_mb = 32 is stopped (Landlock: the worker's own budget; user namespace: the
+    box's tmpfs is full), never solved; a fast fork chain leaves no process behind (the worker is a subreaper and
+    kills until it has no child); an OpenEvolve output that runs code when unpickled is unverified, never solved."""
+    import shutil
+
+    from tests.openevolve_helpers import PROBES
+    from tests.sandbox_helpers import PICKLE_FORGERIES
+
+    u, py = user
+    if mode == "userns" and not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    if mode == "landlock" and not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+    folder = _problem(shared_dir)
+    toml = folder / "problem.toml"
+    toml.write_text(toml.read_text() + "\n[resources]\ndisk_mb = 32\n")
+    oe = shared_dir / "pickled_output"
+    shutil.copytree(PROBES / "pickled_output", oe)
+    for p in [oe] + list(oe.rglob("*")):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    right = "def solve(xs):\n    return sum(x * x for x in xs)\n"
+    disk = ("import os\nn = 0\nfor i in range(8):\n    try:\n        with open('f%d' % i, 'wb') as f:\n"
+            "            for _ in range(8):\n                f.write(b'x' * (1 << 20))\n        n += 1\n"
+            "    except OSError:\n        break\nos.write(2, ('WROTE %d' % n).encode())\n"
+            "def solve(xs):\n    return sum(x * x for x in xs) if n == 8 else -1\n")
+    chain = ("import os\nif os.fork() == 0:\n    for _ in range(100000):\n        try:\n"
+             "            if os.fork():\n                os._exit(0)\n        except OSError:\n            pass\n"
+             "    os._exit(0)\n" + right)
+    programs = [["disk", disk], ["chain", chain], ["honest", right]] + \
+        [[f"forge_{n}", c, str(oe)] for n, c in sorted(PICKLE_FORGERIES.items())]
+    bystander = _bystander(u)
+    try:
+        sleeper = _sleeper_pid(u, bystander)
+        out = _run_suite(u, py, shared_dir, folder, deny=("unshare",) if mode == "landlock" else (),
+                         programs=programs)
+        assert out["plan"]["mode"] == mode, out["plan"]
+        res = out["results"]
+        assert not res["disk"]["solved"], res["disk"]
+        if mode == "landlock":
+            assert res["disk"]["status"] == "output_limit" and "disk budget" in res["disk"]["error"], res["disk"]
+        assert res["chain"]["solved"] and res["honest"]["solved"], res
+        for n in PICKLE_FORGERIES:
+            r = res[f"forge_{n}"]
+            assert not r["solved"] and "unpickled builtins." in r["unverified"], (n, r)
+        deadline = time.monotonic() + 5
+        while set(processes_of_uid(u.pw_uid)) - {sleeper} and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(processes_of_uid(u.pw_uid)) == {sleeper}
+        assert _tmp_of(u.pw_uid) == []
+    finally:
+        bystander.kill()
+        _kill_all(u.pw_uid)
+
+
 def test_killing_the_orchestrator_mid_evaluation_leaves_no_process_of_the_user(user, shared_dir):
     """kill -9 of an ordinary user's orchestrator while a candidate runs (with a double-forked daemon of its
     own): the launcher, the worker, the candidate and the daemon all go (user namespace: the PID namespace dies

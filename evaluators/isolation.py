@@ -202,7 +202,8 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
     a directory for the worker's mounts; ``box``: inside it, the candidates' writable tmpfs."""
     iso = _setup_worker(top, box, hide, uid, python_paths, disabled, entered, box_mb, max_pids, mode)
     if "seccomp" not in disabled:  # unix sockets only where the jail's root holds none of the host's
-        iso.seccomp = seccomp.Filter(sockets="unix" if iso.jail else "none")
+        iso.seccomp = seccomp.Filter(denied=seccomp.DENIED + (() if iso.ipcns else seccomp.HOST_IPC),
+                                     sockets="unix" if iso.jail else "none")
         if not iso.seccomp.ok:
             iso.notes.append(f"seccomp: {iso.seccomp.reason}")
     return iso

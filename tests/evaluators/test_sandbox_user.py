@@ -479,6 +479,17 @@ def test_disk_budget_fork_chains_and_forged_metrics_as_an_ordinary_user(user, sh
             time.sleep(0.05)
         assert set(processes_of_uid(u.pw_uid)) == {sleeper}
         assert _tmp_of(u.pw_uid) == []
+        if mode == "landlock":  # and vevo doctor says, layer by layer, what this mode cannot promise
+            r = subprocess.run(au.argv_as(u, [py, str(DRIVER), "--deny", "unshare", "exec", "doctor", "--json"]),
+                               capture_output=True, text=True, cwd="/", timeout=120)
+            rep = json.loads(r.stdout)
+            gaps = dict(rep["gaps"]["items"])
+            assert rep["mode"]["reason"] == "landlock" and not rep["gaps"]["ok"], rep["gaps"]
+            assert {"uid", "pid", "processes", "disk", "network", "ipc", "filesystem"} <= set(gaps), gaps
+            assert "20 ms" in gaps["disk"] and "seccomp" in gaps["network"], gaps
+            text = subprocess.run(au.argv_as(u, [py, str(DRIVER), "--deny", "unshare", "exec", "doctor"]),
+                                  capture_output=True, text=True, cwd="/", timeout=120).stdout
+            assert "not promised in landlock mode, layer by layer:" in text and "\n  disk " in text, text
     finally:
         bystander.kill()
         _kill_all(u.pw_uid)
@@ -543,7 +554,7 @@ def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, sh
     assert out["plan"]["mode"] == mode
     for n in names:
         r = out["results"][n]
-        assert r["status"] == "ok" and r["metrics"] == PROBE_EXPECTED[n], (n, r)
+        assert r["status"] == "ok" and r["metrics"] == PROBE_EXPECTED[n], (n, r, r["stderr"])
     _kill_all(u.pw_uid)
     assert _tmp_of(u.pw_uid) == []
 

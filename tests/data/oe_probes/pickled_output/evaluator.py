@@ -26,6 +26,7 @@ def evaluate(program_path):
     try:
         r = subprocess.run([sys.executable, "-c", WRAPPER, program_path, out], capture_output=True, timeout=60)
         if r.returncode != 0:
+            sys.stderr.write(r.stderr.decode(errors="replace")[-1500:])
             return {"combined_score": 0.0, "error": 1.0}
         with open(out, "rb") as f:
             res = pickle.load(f)

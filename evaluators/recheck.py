@@ -26,6 +26,8 @@ class BestTracker:
     def __init__(self) -> None:
         self.best: dict[str, float] = {}
         self.lock = threading.Lock()
+        self.rechecked = 0  # re-runs done (a confirmed result is left as it was: which program of a pipelined
+        # campaign was a new best when it was evaluated depends on timing, and the archive must not)
 
     def recheck(self, items: list[tuple[Problem, str]], evs: list[Evaluation],
                 fresh: Callable[[Problem, str], Evaluation]) -> list[Evaluation]:
@@ -41,6 +43,8 @@ class BestTracker:
                     if pid in self.best and evs[i].scalar <= self.best[pid]:
                         break  # not a new best: nothing below it is either
                 out[i] = settle(evs[i], _fresh_or_note(fresh, *items[i]))
+                with self.lock:
+                    self.rechecked += 1
                 if "unverified" not in out[i].artifacts:  # the next one is a new best only if it beats this
                     with self.lock:
                         self.best[pid] = max(self.best.get(pid, out[i].scalar), out[i].scalar)
@@ -61,8 +65,7 @@ def settle(first: Evaluation, again: Evaluation | str) -> Evaluation:
         return first
     same = again.status == first.status and again.solved == first.solved
     close = abs(again.scalar - first.scalar) <= REL * max(1.0, abs(first.scalar))
-    if same and close:
-        first.artifacts["recheck"] = "confirmed in a fresh process"
+    if same and close:  # confirmed: reported as it was
         return first
     low = again if again.scalar < first.scalar else first
     out = Evaluation(vector=list(low.vector), scalar=low.scalar, solved=low.solved and same, status=low.status,

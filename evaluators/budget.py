@@ -40,7 +40,29 @@ def box_bytes(path: str, max_entries: int = MAX_ENTRIES) -> int:
     return total
 
 
+_HAS_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")  # CONFIG_PROC_CHILDREN
+
+
+def _children_by_scan(pid: int) -> list[int]:
+    """Without /proc/PID/task/TID/children: every process whose parent is pid (a scan of /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rfind(b")") + 2:].split()[1]) == pid:
+                out.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
 def _children(pid: int) -> list[int]:
+    """The children of every thread of pid."""
+    if not _HAS_CHILDREN:
+        return _children_by_scan(pid)
     out: list[int] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")

@@ -131,9 +131,9 @@ def mode_gaps(mode: str, layers: dict) -> list[tuple[str, str]]:
                     ("" if lv >= 6 else "; they may signal any of your processes (Landlock < 6 scopes no signals)")))
         out.append(("processes", "a delegated pids cgroup bounds the worker's tree; RLIMIT_NPROC still counts all "
                     "your processes" if cg else
-                    "RLIMIT_NPROC counts all your processes: the worker checks each candidate's own tree against "
-                    "nproc every 20 ms, so a burst shorter than that is not seen and may starve your other "
-                    "processes of the uid's process budget meanwhile"))
+                    "RLIMIT_NPROC counts all your processes: a candidate may take the whole headroom (nproc above "
+                    "what ran when its worker started), leaving a concurrent candidate on another worker none; the "
+                    "worker checks its candidate's own tree against nproc every 20 ms and stops one over it"))
         out.append(("disk", "the box is on the host's disk: disk_mb is a budget the worker checks every 20 ms and "
                     "after the candidate (no file larger than disk_mb); a fast writer overshoots by what it writes "
                     "in that time"))

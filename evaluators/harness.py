@@ -350,7 +350,8 @@ def run_openevolve(job: dict, emit, fd: int = 3) -> None:
 # numpy arrays, dtypes and scalars (every name numpy's own pickles use, protocols 0-5), and the result envelope
 # of concurrent.futures. None of them runs code of the pickle's choosing; any other global could.
 _NUMPY = [(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")] + \
-    [(m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")] + [("numpy", "ndarray"), ("numpy", "dtype")]
+    [(m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")] + \
+    [("numpy", "ndarray"), ("numpy", "dtype")]
 PICKLE_ALLOWED = frozenset(
     [(m, n) for m in ("builtins", "__builtin__") for n in ("list", "dict", "tuple", "set", "frozenset", "bytearray",
                                                            "bytes", "str", "int", "float", "complex", "bool",

@@ -495,6 +495,65 @@ def test_disk_budget_fork_chains_and_forged_metrics_as_an_ordinary_user(user, sh
         _kill_all(u.pw_uid)
 
 
+def test_landlock_worker_stops_a_candidate_over_its_process_budget(user, shared_dir):
+    """Issue 34, forced Landlock: RLIMIT_NPROC counts all the user's processes, so when processes that ran at the
+    worker's start have ended a candidate finds headroom past its own nproc (16). The worker counts the candidate's
+    tree itself and stops it (output_limit); the next candidate on the same worker passes."""
+    u, py = user
+    if not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+    folder = _problem(shared_dir)
+    toml = folder / "problem.toml"
+    toml.write_text(toml.read_text() + "\n[resources]\nnproc = 16\n")
+    right = "def solve(xs):\n    return sum(x * x for x in xs)\n"
+    pause = "import time\ntime.sleep(3)\n" + right
+    threads = ("import os, threading, time\nthreading.stack_size(256 << 10)  # within the address-space limit\n"
+               "n, end = 0, time.monotonic() + 4\n"
+               "while n < 40 and time.monotonic() < end:\n    try:\n"
+               "        threading.Thread(target=time.sleep, args=(3,), daemon=True).start()\n        n += 1\n"
+               "    except RuntimeError:\n        time.sleep(0.05)\ntime.sleep(0.5)\n"
+               "os.write(2, ('THREADS %d' % n).encode())\n" + right)
+    crowd = [_bystander(u) for _ in range(30)]  # running when the worker starts, gone before the hog runs
+    deadline = time.monotonic() + 30
+    while sum(_cmdline(p).startswith(b"sleep\0") for p in processes_of_uid(u.pw_uid)) < 30 and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    spec = shared_dir / "spec-nproc.json"
+    spec.write_text(json.dumps({"problem": str(folder), "programs": [["pause", pause], ["threads", threads],
+                                                                     ["honest", right]], "time_limit": 10}))
+    spec.chmod(0o644)
+    proc = subprocess.Popen(au.argv_as(u, [py, str(DRIVER), "--deny", "unshare", "suite", str(spec)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        deadline = time.monotonic() + 60  # the pause candidate runs (a fork of the worker): the crowd was counted
+        while time.monotonic() < deadline and \
+                sum(b"evaluators.worker" in _cmdline(p) for p in processes_of_uid(u.pw_uid)) < 2:
+            time.sleep(0.05)
+        for p in processes_of_uid(u.pw_uid):
+            if _cmdline(p).startswith(b"sleep\0"):
+                os.kill(p, signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        res = json.loads(out.strip().splitlines()[-1])
+        assert res["plan"]["mode"] == "landlock", res["plan"]
+        r = res["results"]
+        assert r["pause"]["solved"] and r["honest"]["solved"], r
+        assert not r["threads"]["solved"], r["threads"]
+        assert r["threads"]["status"] == "output_limit" and "processes" in r["threads"]["error"], r["threads"]
+    finally:
+        for c in crowd:
+            c.kill()
+        proc.kill()
+        _kill_all(u.pw_uid)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""
+
+
 def test_killing_the_orchestrator_mid_evaluation_leaves_no_process_of_the_user(user, shared_dir):
     """kill -9 of an ordinary user's orchestrator while a candidate runs (with a double-forked daemon of its
     own): the launcher, the worker, the candidate and the daemon all go (user namespace: the PID namespace dies

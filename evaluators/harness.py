@@ -278,16 +278,26 @@ def run_openevolve(job: dict, emit, fd: int = 3) -> None:
     with open("program.py", "w", encoding="utf-8") as f:
         f.write(job["code"])
     path = os.path.abspath("program.py")
-    seen = {"in_process": False}
+    seen = {"in_process": False, "armed": False, "unpickled": None}
     code = job["code"]
+    me = os.getpid()
 
-    def hook(event, args, path=path, code=code, seen=seen):
-        if event == "compile" and not seen["in_process"] and len(args) == 2:
+    def hook(event, args, path=path, code=code, seen=seen, me=me, getpid=os.getpid, allowed=PICKLE_ALLOWED):
+        if event == "pickle.find_class":
+            # Called before the global is looked up, so before any code it names can run: the record is on the
+            # channel before a hostile payload could write its own, and nothing it writes later takes it back.
+            if seen["armed"] and seen["unpickled"] is None and getpid() == me and tuple(args[:2]) not in allowed:
+                seen["unpickled"] = name = _dotted(args)
+                emit({"t": "unverified", "why": f"the evaluator unpickled {name}"})
+        elif event == "compile" and not seen["in_process"] and len(args) == 2:
             src, fname = args
             if fname == path or (isinstance(fname, str) and os.path.basename(fname) == "program.py") or \
                     (isinstance(src, (str, bytes)) and _same_source(src, code)):
                 seen["in_process"] = True
     sys.addaudithook(hook)
+    # a process the evaluator forks (multiprocessing's fork start method) may run the program's code: it does not
+    # keep the metrics channel (exec already closes it)
+    os.register_at_fork(after_in_child=lambda fd=fd, close=os.close: _quiet(close, fd))
     lock = threading.Lock()
     sent = []
 
@@ -327,12 +337,40 @@ def run_openevolve(job: dict, emit, fd: int = 3) -> None:
         emit({"t": "load_error", "exc": _exc(e), "mem": _isinstance(e, _MemoryError), "tb": _tb_tail()})
         return
     timeout = float(job.get("stage_timeout") or job["time_limit"])
+    seen["armed"] = True  # what the evaluator unpickles from here on may come from the program
     try:
         result, outcome = cascade(mod, call, bool(job.get("cascade", True)), list(job.get("thresholds", [])), timeout)
     except _MemoryError as e:
         emit({"t": "load_error", "exc": _exc(e), "mem": True, "tb": _tb_tail()})
         return
     finish(result, outcome)
+
+
+# What an evaluator may unpickle from a program's output and still be believed: builtin containers and scalars,
+# numpy arrays, dtypes and scalars (every name numpy's own pickles use, protocols 0-5), and the result envelope
+# of concurrent.futures. None of them runs code of the pickle's choosing; any other global could.
+_NUMPY = [(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")] + \
+    [(m, "_frombuffer") for m in ("numpy.core.numeric", "numpy._core.numeric")] + \
+    [("numpy", "ndarray"), ("numpy", "dtype")]
+PICKLE_ALLOWED = frozenset(
+    [(m, n) for m in ("builtins", "__builtin__") for n in ("list", "dict", "tuple", "set", "frozenset", "bytearray",
+                                                           "bytes", "str", "int", "float", "complex", "bool",
+                                                           "range", "slice")] +
+    [("_codecs", "encode"), ("collections", "OrderedDict"), ("concurrent.futures.process", "_ResultItem")] + _NUMPY)
+
+
+def _dotted(args) -> str:
+    try:
+        return (str(args[0]) + "." + str(args[1]))[:200]
+    except _BaseException:
+        return "an unprintable global"
+
+
+def _quiet(fn, *a) -> None:
+    try:
+        fn(*a)
+    except OSError:
+        pass
 
 
 def _same_source(src, code: str) -> bool:

@@ -202,7 +202,8 @@ def setup_worker(top: str, box: str, hide: list[str], uid: int, python_paths: li
     a directory for the worker's mounts; ``box``: inside it, the candidates' writable tmpfs."""
     iso = _setup_worker(top, box, hide, uid, python_paths, disabled, entered, box_mb, max_pids, mode)
     if "seccomp" not in disabled:  # unix sockets only where the jail's root holds none of the host's
-        iso.seccomp = seccomp.Filter(sockets="unix" if iso.jail else "none")
+        iso.seccomp = seccomp.Filter(denied=seccomp.DENIED + (() if iso.ipcns else seccomp.HOST_IPC),
+                                     sockets="unix" if iso.jail else "none")
         if not iso.seccomp.ok:
             iso.notes.append(f"seccomp: {iso.seccomp.reason}")
     return iso
@@ -340,9 +341,10 @@ class Limits:
     wall-clock limit + 2 s)."""
 
     def __init__(self, time_limit: float, memory_mb: int, nproc: int = 64, fsize_mb: int = 16, nofile: int = 64,
-                 as_mb: int | None = None, cpu_s: int | None = None):
+                 as_mb: int | None = None, cpu_s: int | None = None, disk_mb: int = 256):
         self.time_limit, self.memory_mb, self.nproc, self.fsize_mb, self.nofile = \
             time_limit, memory_mb, nproc, fsize_mb, nofile
+        self.disk_mb = disk_mb
         self.as_mb = memory_mb if as_mb is None else as_mb
         self.cpu_s = cpu_s
 
@@ -357,7 +359,7 @@ class Limits:
         threads = job.get("mode") == "openevolve"  # whole programs: process pools burn CPU on every core
         return cls(time_limit=t, memory_mb=int(job["memory_mb"]), nproc=int(job.get("nproc", 64)),
                    fsize_mb=int(job.get("fsize_mb", 16)), nofile=int(job.get("nofile", 64)), as_mb=as_mb,
-                   cpu_s=int(t * (os.cpu_count() or 1)) + 2 if threads else None)
+                   cpu_s=int(t * (os.cpu_count() or 1)) + 2 if threads else None, disk_mb=int(job.get("disk_mb", 256)))
 
 
 def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
@@ -367,9 +369,11 @@ def enter_child(limits: Limits, iso: WorkerIsolation, workdir: str) -> None:
     os.setsid()
     cpu = int(limits.time_limit) + 2 if limits.cpu_s is None else limits.cpu_s
     mem = limits.as_mb * 1024 * 1024 if limits.as_mb else resource.RLIM_INFINITY
+    # a box on the host's disk (no tmpfs of disk_mb): no single file larger than the whole budget
+    fsize = limits.fsize_mb if iso.priv else min(limits.fsize_mb, limits.disk_mb)
     for res, val in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_AS, mem),
                      (resource.RLIMIT_NPROC, limits.nproc + iso.nproc_base),
-                     (resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024), (resource.RLIMIT_NOFILE, limits.nofile),
+                     (resource.RLIMIT_FSIZE, fsize * 1024 * 1024), (resource.RLIMIT_NOFILE, limits.nofile),
                      (resource.RLIMIT_CORE, 0)):
         try:
             resource.setrlimit(res, (val, val))
@@ -467,27 +471,35 @@ def reap_orphans(wait: float = 0.0) -> int:
             time.sleep(0.0005)
 
 
-def kill_descendants(root_pid: int) -> None:
-    """Without root: kill every process whose parent chain reaches us (subreaper keeps orphans ours)."""
-    me = os.getpid()
-    for _ in range(5):
-        victims = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit() or int(d) == me:
-                continue
-            try:
-                with open(f"/proc/{d}/stat", "rb") as f:
-                    stat = f.read()
-                ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == me:
-                victims.append(int(d))
-        if not victims:
-            return
-        for v in victims:
-            try:
-                os.kill(v, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+def kill_descendants(root_pid: int, wait: float = 5.0) -> bool:
+    """Without root: kill every process below us, until none is left. We are a child subreaper, so a descendant
+    whose parent dies becomes our child: with no child left there is no descendant left, however fast a fork
+    chain ran (each round kills the whole tree it finds; what was forked meanwhile is found in the next).
+    False if something was still alive after ``wait`` seconds."""
+    import time
+
+    from evaluators.budget import _children
+
+    end = time.monotonic() + wait
+    while True:
         reap_orphans()
+        try:
+            if os.waitpid(-1, os.WNOHANG) != (0, 0):
+                continue  # reaped one: look again
+        except ChildProcessError:
+            return True
+        if time.monotonic() > end:
+            return False
+        seen: set[int] = set()
+        stack = _children(os.getpid())
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            stack += _children(pid)  # a killed process keeps its children listed until it is reaped
+        time.sleep(0.0005)

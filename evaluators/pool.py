@@ -23,6 +23,7 @@ from multiprocess.connection import Connection
 from problems.model import Problem
 
 from . import cgroups, isolation, jail, sandbox
+from .recheck import BestTracker
 from .scoring import build_job, score
 from .types import Evaluation
 
@@ -303,6 +304,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self.replaced = 0
         self.notes: list[str] = []  # what the pool had to do about its workers, each also said on stderr
+        self.bests = BestTracker()  # a new best of an OpenEvolve problem is re-run in a fresh worker (recheck.py)
         for _ in range(self.n):
             self._add()
 
@@ -359,7 +361,21 @@ class SandboxPool:
                 ev = Evaluation.failed("crash", problem.n_tests, error=f"unscorable result: {type(e).__name__}: {e}")
             ev.artifacts.setdefault("wall", raw.get("wall"))
             out[i] = ev
-        return out  # type: ignore[return-value]
+        fresh = lambda p, c: self.evaluate_fresh(p, c, time_limit)  # noqa: E731
+        return self.bests.recheck(items, out, fresh)  # type: ignore[arg-type]
+
+    def evaluate_fresh(self, problem: Problem, code: str, time_limit: float | None = None) -> Evaluation:
+        """One evaluation in a worker started for it and discarded after: nothing an earlier candidate did to a
+        warm worker reaches it."""
+        job = build_job(problem, code, time_limit)
+        h = _WorkerHandle(self.opts)
+        try:
+            raw = h._recv(float(job["time_limit"]) + GRACE) if h.send(job) else None
+        finally:
+            h.kill()
+        ev = score(problem, raw if raw is not None else {"killed": "the fresh worker stopped answering"})
+        ev.artifacts.setdefault("wall", (raw or {}).get("wall"))
+        return ev
 
     # -- dispatch
     def _take(self, k: int) -> list[_WorkerHandle]:

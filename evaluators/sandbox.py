@@ -106,6 +106,49 @@ def probe(disable: frozenset[str] = frozenset()) -> dict:
     out["bound"] = {"ok": True, "reason": bound_reason()}
     mode = "root" if root else "userns" if layers["userns"][0] else "landlock" if layers["landlock"][0] else "none"
     out["mode"] = {"ok": mode != "none", "reason": mode}
+    gaps = mode_gaps(mode, out)
+    out["gaps"] = {"ok": not gaps, "reason": "; ".join(f"{k}: {v}" for k, v in gaps) or "nothing beyond the threat "
+                   "model's table (docs/ARCHITECTURE.md)", "items": [list(g) for g in gaps]}
+    return out
+
+
+def mode_gaps(mode: str, layers: dict) -> list[tuple[str, str]]:
+    """What a mode cannot promise, layer by layer: (layer, why). Root promises the whole table; the others say
+    here what they do without and what stands in for it."""
+    cg, sc = layers["cgroup"]["ok"], layers["seccomp"]["ok"]
+    lv = landlock.abi()[0] if mode == "landlock" else 0
+    out: list[tuple[str, str]] = []
+    if mode in ("userns", "landlock", "none"):
+        out.append(("uid", "candidates run as your own uid (no uid per worker): what stops them acting on your "
+                    "other processes is " + ("the seccomp filter (process-scoped calls on self only)" if sc else
+                                             "nothing: no seccomp filter here")))
+        if not cg:
+            out.append(("memory", "no delegated memory cgroup: RLIMIT_AS bounds mappings, not page cache or memfd "
+                        "pages a candidate fills"))
+    if mode in ("landlock", "none"):
+        out.append(("pid", "no pid namespace: candidates are killed as the worker's descendants (it is a child "
+                    "subreaper and kills until it has no child left)" +
+                    ("" if lv >= 6 else "; they may signal any of your processes (Landlock < 6 scopes no signals)")))
+        out.append(("processes", "a delegated pids cgroup bounds the worker's tree; RLIMIT_NPROC still counts all "
+                    "your processes" if cg else
+                    "RLIMIT_NPROC counts all your processes: a candidate may take the whole headroom (nproc above "
+                    "what ran when its worker started), leaving a concurrent candidate on another worker none; the "
+                    "worker checks its candidate's own tree against nproc every 20 ms and stops one over it"))
+        out.append(("disk", "the box is on the host's disk: disk_mb is a budget the worker checks every 20 ms and "
+                    "after the candidate (no file larger than disk_mb); a fast writer overshoots by what it writes "
+                    "in that time"))
+        out.append(("network", "no network namespace: " + ("the seccomp filter refuses inet, UDP, MPTCP, raw, "
+                    "netlink and unix socket() (socketpair only)" if sc else "only an in-process socket block "
+                    "(a candidate can undo it)") + ("" if lv >= 4 else "; Landlock < 4 has no TCP rule")))
+        out.append(("ipc", "no IPC namespace: " + ("SysV IPC and POSIX message queues are refused by the seccomp "
+                    "filter" if sc else "SysV IPC objects and message queues are your user's and outlive a "
+                    "candidate")))
+        out.append(("shm", "no private /dev/shm: multiprocessing's semaphores are unavailable"))
+    if mode == "landlock":
+        out.append(("filesystem", "Landlock: read-only the interpreter's prefixes, site-packages and libraries, "
+                    "write the box; everything else of yours is refused by the kernel"))
+    if mode == "none":
+        out.append(("filesystem", "none: candidates read and write everything your uid can"))
     return out
 
 
@@ -138,4 +181,13 @@ def doctor_lines(report: dict) -> list[str]:
     """`vevo doctor` text: one line per layer."""
     names = {"root": "root", "userns": "user namespaces", "landlock": "Landlock", "seccomp": "seccomp filter",
              "cgroup": "cgroup limits", "bound": "candidates see", "mode": "candidates run under"}
-    return [f"{names.get(k, k):22} {'yes' if v['ok'] else 'no ':4} {v['reason']}" for k, v in report.items()]
+    lines = [f"{names.get(k, k):22} {'yes' if v['ok'] else 'no ':4} {v['reason']}" for k, v in report.items()
+             if k != "gaps"]
+    gaps = report.get("gaps", {}).get("items") or []
+    mode = report.get("mode", {}).get("reason", "")
+    if gaps:
+        lines.append(f"not promised in {mode} mode, layer by layer:")
+        lines += [f"  {k:20} {v}" for k, v in gaps]
+    else:
+        lines.append(f"not promised in {mode} mode: {report.get('gaps', {}).get('reason', '')}")
+    return lines

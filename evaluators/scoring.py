@@ -61,6 +61,8 @@ def score(problem: Problem, raw: dict) -> Evaluation:
     n = problem.n_tests
     if "worker_error" in raw or "killed" in raw:
         return Evaluation.failed("killed", n, error=raw.get("worker_error") or raw.get("killed"))
+    if "budget" in raw:  # over the disk or process budget a Landlock worker checks itself (evaluators/budget.py)
+        return Evaluation.failed("output_limit", n, error=f"stopped: it {_text(raw['budget'], 200)}")
     if "undecodable" in raw:  # the worker's report carried something the orchestrator would not decode
         return Evaluation.failed("crash", n, error=f"undecodable result ({raw['undecodable']})")
     if problem.openevolve is not None:
@@ -251,5 +253,10 @@ def _score_openevolve(problem: Problem, raw: dict) -> Evaluation:
     solved = status == "ok" and problem.is_solved(vec, scalar)
     if oe.get("in_process") is not False:  # the program ran inside the evaluator's process: it could forge this
         arts["unverified"] = "the evaluator ran the program in its own process; its metrics are forgeable"
+        solved = False
+    flagged = next((r for r in recs if r.get("t") == "unverified"), None)
+    if flagged is not None:  # written before anything the evaluator unpickled could run: a forged record cannot hide it
+        arts["unverified"] = _text(flagged.get("why", ""), 300) + \
+            " (outside the allow-list of builtin containers and numpy arrays): its metrics are forgeable"
         solved = False
     return Evaluation(vector=vec, scalar=float(scalar), solved=solved, status=status, artifacts=arts)

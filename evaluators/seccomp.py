@@ -43,6 +43,9 @@ DENIED = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcm
           "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "settimeofday", "clock_settime", "adjtimex",
           "clock_adjtime", "syslog", "quotactl", "quotactl_fd", "open_by_handle_at", "name_to_handle_at", "vhangup",
           "iopl", "ioperm", "umount", "uselib", "lookup_dcookie", "process_madvise", "process_mrelease")
+# Without an IPC namespace (Landlock, none) SysV IPC objects and POSIX message queues are the host user's, shared
+# with every other process of the uid and outliving the candidate: creating or opening one is refused there.
+HOST_IPC = ("shmget", "semget", "msgget", "mq_open")
 
 # Calls that act on a process named by an argument: allowed on the calling process only (every listed argument
 # equals its value; args are (index, value) on the low 32 bits, which is all a pid_t or an int holds). Without root
@@ -74,7 +77,7 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "lookup_dcookie": 212, "clone": 56, "clone3": 435, "process_madvise": 440, "process_mrelease": 448,
         "prlimit64": 302, "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144,
         "sched_setattr": 314, "sched_setaffinity": 203, "ioprio_set": 251, "migrate_pages": 256, "move_pages": 279,
-        "socket": 41, "socketpair": 53}),
+        "socket": 41, "socketpair": 53, "shmget": 29, "semget": 64, "msgget": 68, "mq_open": 240}),
     "aarch64": (0xC00000B7, {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438, "kcmp": 272,
         "bpf": 280, "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218, "userfaultfd": 282,
@@ -87,7 +90,8 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
         "name_to_handle_at": 264, "vhangup": 58, "lookup_dcookie": 18, "clone": 220, "clone3": 435,
         "process_madvise": 440, "process_mrelease": 448, "prlimit64": 261, "setpriority": 140,
         "sched_setparam": 118, "sched_setscheduler": 119, "sched_setattr": 274, "sched_setaffinity": 122,
-        "ioprio_set": 30, "migrate_pages": 238, "move_pages": 239, "socket": 198, "socketpair": 199}),
+        "ioprio_set": 30, "migrate_pages": 238, "move_pages": 239, "socket": 198, "socketpair": 199,
+        "shmget": 194, "semget": 190, "msgget": 186, "mq_open": 180}),
 }
 
 _libc = ctypes.CDLL(None, use_errno=True)

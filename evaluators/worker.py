@@ -15,7 +15,7 @@ import struct
 import sys
 import time
 
-from evaluators import harness, isolation, jail
+from evaluators import budget, harness, isolation, jail
 
 OUT_CAP = 1 << 20          # default stdout/stderr bytes a candidate may print before it is stopped (output_limit)
 RESULT_CAP = 64 << 20      # result-channel bytes (large but finite test outputs)
@@ -81,6 +81,8 @@ class Worker:
             harness.compile_candidate(job)
         cg = self.iso.cgroup if self.iso.cgroup is not None and self.iso.cgroup.ok else None
         limits = isolation.Limits.from_job(job, cgroup=cg is not None)
+        # no tmpfs box and no pid namespace or pids cgroup (Landlock, none): the worker checks the budget itself
+        check = None if self.iso.priv else budget.Budget(workdir, limits.disk_mb, limits.nproc, procs=cg is None)
         out_cap = int(job.get("output_mb", 1)) << 20
         if cg is not None:
             cg.set_candidate_memory(limits.memory_mb)
@@ -125,7 +127,7 @@ class Worker:
             for fd in (w_res, w_out, w_err):
                 os.close(fd)
                 fds.remove(fd)
-            res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit, _max_records(job), out_cap)
+            res = self._supervise(pid, r_res, r_out, r_err, t0, limits.time_limit, _max_records(job), out_cap, check)
         finally:
             for fd in fds:
                 try:
@@ -235,7 +237,7 @@ class Worker:
             pass
 
     def _supervise(self, pid: int, r_res: int, r_out: int, r_err: int, t0: float, time_limit: float,
-                   max_records: int, out_cap: int = OUT_CAP) -> dict:
+                   max_records: int, out_cap: int = OUT_CAP, check: budget.Budget | None = None) -> dict:
         bufs = {r_res: bytearray(), r_out: bytearray(), r_err: bytearray()}
         caps = {r_res: RESULT_CAP, r_out: out_cap, r_err: out_cap}
         sent = {r_out: 0, r_err: 0, r_res: 0}
@@ -247,6 +249,8 @@ class Worker:
         deadline = t0 + time_limit
         timed_out = output_limit = False
         status = None
+        over = ""
+        next_check = t0 + budget.EVERY
         # Wake on the candidate's exit, not on each record it writes: every wake-up is a context switch, and a
         # typical candidate finishes well inside one pipe buffer (64 KB). Pipes are drained every DRAIN_S so a
         # chatty candidate never blocks for long and a flood is caught early.
@@ -266,6 +270,13 @@ class Worker:
                         break
             if output_limit:
                 break
+            if check is not None and status is None and time.monotonic() >= next_check:
+                over = check.over()
+                if over:
+                    break
+                next_check = time.monotonic() + budget.EVERY
+        if check is not None and not over:  # what it left on the disk counts too
+            over = check.over(running=False)
         forced = status is None
         if forced:  # deadline or flood: stop the whole group now
             self._killgroup(pid)
@@ -290,6 +301,8 @@ class Worker:
             out["signal"] = os.WTERMSIG(status)
         else:
             out["exit_code"] = os.WEXITSTATUS(status)
+        if over:
+            out["budget"] = over
         return out
 
     @staticmethod

@@ -21,6 +21,7 @@ PROBE_EXPECTED = {  # what OpenEvolve reports for each probe's initial program (
     "stdout": {"combined_score": 1.0, "printed_mb": 2.0},
     "python_on_path": {"combined_score": 0.5},
     "stage_timeout": {"combined_score": 0.7, "stage1": 0.6, "stage2": 0.7},
+    "pickled_output": {"combined_score": 0.5, "sum_radii": 1.0},
 }
 
 

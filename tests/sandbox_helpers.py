@@ -113,3 +113,22 @@ def meddler(targets: str, cpu: bool = True) -> str:
             "if libc.setpriority(2, 0, 19) == 0:\n    hit.append(('prio_user', 0))\n"
             "os.write(2, ('HIT %r' % hit[:20]).encode())\n"
             "def solve(xs):\n    return sum(x * x for x in xs) if not hit else -1\n")
+
+
+# Programs whose output, when the evaluator unpickles it (tests/data/oe_probes/pickled_output), runs code in the
+# evaluator's process and forges a score of 1.5 against a target of 1.0 (the honest seed scores 0.5): one writes a
+# forged metrics record on the channel and exits, one hands back a forged array, one lowers the
+# evaluator's target. Each must come back unverified and never solved.
+_FORGED = ('{"t":"oe","metrics":{"combined_score":1.5,"sum_radii":3.0},"artifacts":{},"outcome":"ok",'
+           '"in_process":false}\\n{"t":"done","n":0}\\n')
+PICKLE_FORGERIES = {
+    "channel": ("class Forge:\n    def __reduce__(self):\n        return (exec, (\"import os\\nos.write(3, b'"
+                + _FORGED.replace("\\n", "\\\\n").replace('"', '\\"') + "')\\nos._exit(0)\",))\n"
+                "def run():\n    return Forge()\n"),
+    "array": ("class Forge:\n    def __reduce__(self):\n"
+              "        return (eval, (\"__import__('numpy').full(10, 0.3)\",))\n"
+              "def run():\n    return Forge()\n"),
+    "patch": ("class Forge:\n    def __reduce__(self):\n        return (eval, (\"(setattr(__import__('sys').modules"
+              "['evaluation_module'], 'TARGET', 0.6), __import__('numpy').full(10, 0.1))[1]\",))\n"
+              "def run():\n    return Forge()\n"),
+}

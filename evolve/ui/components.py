@@ -8,10 +8,11 @@ code read differently from what runs) and terminal escapes (ANSI colour codes in
 """
 from __future__ import annotations
 
-import difflib
 import html
 import re
 from typing import Any, Iterable, Sequence
+
+from . import diffs
 
 # C0/C1 controls other than tab and newline, DEL, and the Unicode bidi/format controls
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
@@ -107,8 +108,9 @@ def heatmap(rows: Iterable[tuple[str, str, Sequence[float]]], labels: Sequence[s
 
 
 def diff_html(old: str, new: str, old_name: str, new_name: str, limit: int = 4000) -> str:
-    """Unified diff of two programs, each line escaped and coloured by kind."""
-    lines = list(difflib.unified_diff(old.splitlines(), new.splitlines(), old_name, new_name, lineterm=""))
+    """Unified diff of two programs, each line escaped and coloured by kind; bounded in time (``diffs``) and in
+    lines (``limit``), and it says when it was truncated."""
+    lines, note = diffs.unified(old, new, old_name, new_name)
     if not lines:
         return "<p class='note'>identical to its parent</p>"
     out = []
@@ -116,8 +118,9 @@ def diff_html(old: str, new: str, old_name: str, new_name: str, limit: int = 400
         cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+") and not line.startswith("+++")
                else "del" if line.startswith("-") and not line.startswith("---") else "")
         out.append(f"<span class='{cls}'>{e(line) or ' '}</span>")
-    more = f"<span>… {len(lines) - limit} more lines</span>" if len(lines) > limit else ""
-    return f"<pre class='diff' id='diff'><code>{''.join(out)}{more}</code></pre>"
+    more = f"<span>… diff truncated: {len(lines) - limit} more lines</span>" if len(lines) > limit else ""
+    head = f"<p class='note' id='diff-note'>{e(note)}</p>" if note else ""
+    return f"{head}<pre class='diff' id='diff'><code>{''.join(out)}{more}</code></pre>"
 
 
 def script_tag(src: str) -> str:

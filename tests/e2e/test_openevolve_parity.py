@@ -48,6 +48,7 @@ def test_probe_gives_openevolves_result(name, tmp_path):
         ev = pool.evaluate(prob, code)
     assert ev.status == "ok", (ev.status, ev.artifacts)
     assert ev.artifacts["metrics"] == PROBE_EXPECTED[name], ev.artifacts
+    assert "unpickled" not in ev.artifacts.get("unverified", ""), ev.artifacts  # what they unpickle is allowed
 
 
 @pytest.mark.slow

@@ -55,7 +55,8 @@ def suite(spec_path: str) -> None:
             out["results"][name] = {"status": ev.status, "solved": ev.solved,
                                     "stderr": str(ev.artifacts.get("stderr", ""))[-1500:],
                                     "error": str(ev.artifacts.get("error", ""))[-300:],
-                                    "metrics": ev.artifacts.get("metrics")}
+                                    "metrics": ev.artifacts.get("metrics"),
+                                    "unverified": str(ev.artifacts.get("unverified", ""))}
         out["replaced"], out["notes"] = pool.replaced, pool.notes
     print(json.dumps(out))
 

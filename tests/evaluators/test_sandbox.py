@@ -7,11 +7,13 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from evaluators.pool import SandboxPool
 from evaluators.scoring import build_job, score
 from problems.model import AssertCase, CallCase, Problem, StdioCase
 from tests.conftest import processes_of_uid
-from tests.sandbox_helpers import ADD, GOOD, HOSTILE, SANDBOX_UIDS, sandbox_processes
+from tests.sandbox_helpers import ADD, GOOD, HOSTILE, PICKLE_FORGERIES, SANDBOX_UIDS, sandbox_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -453,6 +455,26 @@ def test_openevolve_metrics_channel_cannot_be_forged(tmp_path):
     with SandboxPool(workers=1) as pool:
         ev = pool.evaluate(prob, "def value():\n    return 5.0\n")
     assert ev.status == "ok" and ev.scalar == 5.0 and not ev.solved and "unverified" in ev.artifacts
+
+
+def test_forged_metrics_from_an_unpickled_output_are_unverified_never_solved():
+    """Class 2, OpenEvolve, issue 34: an evaluator that unpickles what the program wrote (as circle_packing does).
+    An output that runs code when unpickled forges 1.5 against a target of 1.0: flagged unverified, not solved;
+    the honest seed (a numpy array) scores as before and is not flagged."""
+    from problems.registry import load_folder
+    from tests.openevolve_helpers import PROBES
+
+    prob = load_folder(PROBES / "pickled_output")
+    seed = (PROBES / "pickled_output" / "initial_program.py").read_text()
+    names = sorted(PICKLE_FORGERIES)
+    with SandboxPool(workers=1) as pool:
+        evs = pool.evaluate_many([(prob, seed)] + [(prob, PICKLE_FORGERIES[n]) for n in names])
+    honest = evs[0]
+    assert honest.status == "ok" and "unverified" not in honest.artifacts, honest.artifacts
+    assert honest.scalar == pytest.approx(0.5) and not honest.solved
+    for name, ev in zip(names, evs[1:]):
+        assert not ev.solved, (name, ev.artifacts)
+        assert "unverified" in ev.artifacts and "builtins." in ev.artifacts["unverified"], (name, ev.artifacts)
 
 
 def test_records_nested_past_the_limit_and_floods_do_not_reach_the_orchestrator():

@@ -796,8 +796,8 @@ def heldout_signatures(seed: int = DEFAULT_SEED, n: int = HELDOUT_POOL) -> set[s
     return {p.meta["fingerprint"] for p in _stream(seed, "heldout", HELDOUT_POOL)[:n]}
 
 
-def heldout_guard(seed: int = DEFAULT_SEED) -> HeldoutGuard:
-    return _guard(seed)
+def heldout_guard(seed: int = DEFAULT_SEED, level: str = "std") -> HeldoutGuard:
+    return _guard(seed, level)
 
 
 def is_heldout_equivalent(code: str, seed: int = DEFAULT_SEED) -> bool:

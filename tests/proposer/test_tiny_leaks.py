@@ -64,3 +64,15 @@ def test_seed_solves_and_study_rule():
 def test_leak_guard_rejects_an_unknown_level():
     with pytest.raises(ValueError, match="unknown level 'medium'"):
         C.LeakGuard(levels=("medium",))
+
+
+@pytest.mark.slow
+def test_what_the_readme_says_about_the_demo_suite():
+    """About 90 s: the README's fractions for `make demo`'s suite `pbe`, on the regenerated corpus."""
+    r = leaks.recipe()
+    demo = SUITES["pbe"]()
+    found = {x.problem for x in leaks.screen(demo, leaks.corpus_programs(r["seed"], r["n"], r["plain_frac"], r["val"]))}
+    targets = leaks.corpus_targets(r["seed"], r["n"], r["plain_frac"])
+    verbatim = {p.id for p in demo if p.reference_code in targets}
+    assert (len(demo), len(verbatim), len(found)) == (24, 14, 15)
+    assert verbatim <= found and not found & {p.id for p in demo if p.split == "heldout"}

@@ -23,7 +23,9 @@ on all tokens: they teach the code itself.
 answers) must (a) have a *train* shape under pbe's held-out rule (``shape_split``), which holds for every pbe
 seed, and (b) not be equivalent to a held-out target of the guarded pbe seeds (``HeldoutGuard.matches``: same
 behaviour fingerprint, or passing every test of a held-out problem). A sample with any such program is
-discarded and redrawn. So solving a held-out problem with the tiny proposer is search, not recall.
+discarded and redrawn. So solving a std held-out problem with the tiny proposer is search, not recall. The
+shipped corpus was drawn against the std level only (one of its programs solves ``pbe/hard-reduce-1002``); which
+other problems a corpus program solves is ``proposer.tiny.leaks.screen``'s answer.
 """
 from __future__ import annotations
 

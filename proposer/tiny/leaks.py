@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from problems.evolve_block import evolve_block
-from problems.model import Problem
+from problems.model import CallCase, Problem
 from problems.suites import pbe
 
 CHECKPOINT = Path(__file__).parent / "checkpoint"
@@ -60,6 +60,9 @@ def screen(problems: Iterable[Problem], programs: Iterable[str]) -> list[Leak]:
     problem) has its reference's behaviour fingerprint. Pure: trusted sources, run in-process; a program that
     does not compile solves nothing. Programs inside EVOLVE markers are judged by their block."""
     probs = [p for p in problems if p.tests]
+    for p in probs:
+        if not all(isinstance(t, CallCase) and len(t.args) == 1 and not t.kwargs for t in p.tests):
+            raise ValueError(f"screen: {p.id} is not a one-argument call problem (pbe-style); cannot screen it")
     by_fp: dict[str, list[Problem]] = {}
     for p in probs:
         if p.meta.get("fingerprint"):

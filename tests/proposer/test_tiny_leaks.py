@@ -61,6 +61,12 @@ def test_seed_solves_and_study_rule():
     assert res["kept"] == [probs[1].id, probs[3].id]  # one per family, stream order (list, then int)
 
 
+def test_screen_refuses_a_problem_it_cannot_judge():
+    sr = SUITES["sr"]()[0]
+    with pytest.raises(ValueError, match="not a one-argument call problem"):
+        leaks.screen([sr], ["def f(x):\n    return x\n"])
+
+
 def test_leak_guard_rejects_an_unknown_level():
     with pytest.raises(ValueError, match="unknown level 'medium'"):
         C.LeakGuard(levels=("medium",))

@@ -48,7 +48,7 @@ def test_the_candidate_a_corpus_program_solves_is_not_in_the_suite(study):
 
 @pytest.mark.slow
 def test_rerunning_the_screen_on_the_regenerated_corpus_keeps_exactly_the_suite(study):
-    """About 80 s: regenerates the bundled checkpoint's 20,256-sample corpus (pretrain.json) and screens."""
+    """1-2 min (slow): regenerates the bundled checkpoint's 20,256-sample corpus (pretrain.json) and screens."""
     res = leaks.study_screen(pbe.study_candidates(), leaks.study_programs(), pbe.STUDY_PER_FAMILY)
     assert res["kept"] == [p.meta["generated_id"] for p in study]
     assert set(res["dropped"]) == {"pbe/hard-reduce-1020"}

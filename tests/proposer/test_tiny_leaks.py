@@ -74,7 +74,7 @@ def test_leak_guard_rejects_an_unknown_level():
 
 @pytest.mark.slow
 def test_what_the_readme_says_about_the_demo_suite():
-    """About 90 s: the README's fractions for `make demo`'s suite `pbe`, on the regenerated corpus."""
+    """2-3 min (slow): the README's fractions for `make demo`'s suite `pbe`, on the regenerated corpus."""
     r = leaks.recipe()
     demo = SUITES["pbe"]()
     found = {x.problem for x in leaks.screen(demo, leaks.corpus_programs(r["seed"], r["n"], r["plain_frac"], r["val"]))}

@@ -5,6 +5,9 @@
 * ``pbe-heldout`` the held-out part only (shapes never used in train; see problems/suites/pbe.py)
 * ``pbe-hard``    harder programming by example (3-4 step compositions, 14-18 tests, seeds two edits away):
                   ``N_HARD_TRAIN`` train + ``N_HARD_HELDOUT`` held-out; ``pbe-hard-train``, ``pbe-hard-heldout``
+* ``pbe-study``   the decisive study's suite (issue #33): 12 hard held-out problems of ``pbe.STUDY_SEED``, never
+                  used to choose a default, none solved by a program of the tiny proposer's corpus
+                  (``proposer/tiny/leaks.py``; the screen: docs/results/decisive_study_plan.md)
 * ``sr``          symbolic regression on the embedded classic formulas (Nguyen-1..12, Koza-1..3, Keijzer)
 * ``sr-classic``  the full shared DSO table (268 rows) when ``shared/data/sr_classic`` exists, else ``sr``
 """
@@ -15,7 +18,8 @@ from typing import Callable
 
 from ..model import Problem
 from .pbe import (DEFAULT_SEED, N_HARD_HELDOUT, N_HARD_TRAIN, N_HELDOUT, N_TRAIN, fingerprint, generate_pbe,
-                  heldout_signatures, is_heldout_equivalent, pbe_hard_suite, pbe_suite, pbe_targets)
+                  heldout_signatures, is_heldout_equivalent, pbe_hard_suite, pbe_study_suite, pbe_suite,
+                  pbe_targets)
 from .sr import find_shared, generate_sr, sr_from_shared
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,7 @@ SUITES: dict[str, Callable[[], list[Problem]]] = {
     "pbe-hard": lambda: pbe_hard_suite(),
     "pbe-hard-train": lambda: generate_pbe(N_HARD_TRAIN, DEFAULT_SEED, "train", "hard"),
     "pbe-hard-heldout": lambda: generate_pbe(N_HARD_HELDOUT, DEFAULT_SEED, "heldout", "hard"),
+    "pbe-study": lambda: pbe_study_suite(),
     "sr": lambda: generate_sr(),
     "sr-classic": _sr_classic,
 }

@@ -796,8 +796,8 @@ def heldout_signatures(seed: int = DEFAULT_SEED, n: int = HELDOUT_POOL) -> set[s
     return {p.meta["fingerprint"] for p in _stream(seed, "heldout", HELDOUT_POOL)[:n]}
 
 
-def heldout_guard(seed: int = DEFAULT_SEED) -> HeldoutGuard:
-    return _guard(seed)
+def heldout_guard(seed: int = DEFAULT_SEED, level: str = "std") -> HeldoutGuard:
+    return _guard(seed, level)
 
 
 def is_heldout_equivalent(code: str, seed: int = DEFAULT_SEED) -> bool:
@@ -808,6 +808,33 @@ def is_heldout_equivalent(code: str, seed: int = DEFAULT_SEED) -> bool:
 
 def pbe_suite(seed: int = DEFAULT_SEED, n_train: int = N_TRAIN, n_heldout: int = N_HELDOUT) -> list[Problem]:
     return generate_pbe(n_train, seed, "train") + generate_pbe(n_heldout, seed, "heldout")
+
+
+# The study suite (issue #33): hard held-out problems of a seed no other suite, test or default draws from, so no
+# default was chosen on them. Candidates: the first HELDOUT_POOL hard held-out problems of STUDY_SEED; kept: the
+# stream indices that survived ``proposer.tiny.leaks.study_screen`` (no program of the bundled checkpoint's
+# corpus nor any reference of the other pbe suites solves them, their seed does not), the first 4 per family.
+# The screen's command and result: docs/results/decisive_study_plan.md, "Study suite"; a slow test reruns it.
+STUDY_SEED = 33
+STUDY_PER_FAMILY = 4
+STUDY_KEEP: tuple[int, ...] = tuple(range(12))  # nothing of 0..11 dropped (1020 was)
+
+
+def study_candidates() -> list[Problem]:
+    """The screen's input: the first HELDOUT_POOL hard held-out problems of STUDY_SEED, ids as generated."""
+    return generate_pbe(HELDOUT_POOL, STUDY_SEED, "heldout", "hard")
+
+
+def pbe_study_suite() -> list[Problem]:
+    """Suite ``pbe-study``: the screened candidates, renamed ``pbe/study-<family>-<1000 + index>`` (ids no other
+    suite uses: the registry keeps the first problem of an id, and seed 7's hard held-out ids look the same)."""
+    stream = _stream(STUDY_SEED, "heldout", HELDOUT_POOL, "hard")
+    out = []
+    for i in STUDY_KEEP:
+        p = stream[i]
+        out.append(replace(copy.deepcopy(p), id=f"pbe/study-{p.meta['family']}-{1000 + i}", suite="pbe-study",
+                           meta={**copy.deepcopy(p.meta), "generated_id": p.id}))
+    return out
 
 
 def pbe_hard_suite(seed: int = DEFAULT_SEED, n_train: int = N_HARD_TRAIN,

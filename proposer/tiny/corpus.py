@@ -23,7 +23,9 @@ on all tokens: they teach the code itself.
 answers) must (a) have a *train* shape under pbe's held-out rule (``shape_split``), which holds for every pbe
 seed, and (b) not be equivalent to a held-out target of the guarded pbe seeds (``HeldoutGuard.matches``: same
 behaviour fingerprint, or passing every test of a held-out problem). A sample with any such program is
-discarded and redrawn. So solving a held-out problem with the tiny proposer is search, not recall.
+discarded and redrawn. So solving a std held-out problem with the tiny proposer is search, not recall. The
+shipped corpus was drawn against the std level only (one of its programs solves ``pbe/hard-reduce-1002``); which
+other problems a corpus program solves is ``proposer.tiny.leaks.screen``'s answer.
 """
 from __future__ import annotations
 
@@ -259,20 +261,30 @@ def _label(x, y) -> str:
 
 class LeakGuard:
     """True for a program that may not appear in the corpus (held-out shape, or equivalent to a held-out
-    target of one of ``heldout_seeds``). Results are cached by source."""
+    target of one of ``heldout_seeds`` at one of ``levels``). Results are cached by source.
 
-    def __init__(self, heldout_seeds: tuple[int, ...] = (pbe.DEFAULT_SEED,)) -> None:
-        self.guards = [pbe.heldout_guard(s) for s in heldout_seeds]
+    The default stays the std level only: that is the guard the bundled checkpoint's corpus was drawn with, so
+    ``generate_corpus`` still regenerates it sample for sample. A future corpus can pass ``levels=pbe.LEVELS``;
+    for the weights as shipped, ``proposer.tiny.leaks.screen`` keeps recallable problems out of study suites."""
+
+    def __init__(self, heldout_seeds: tuple[int, ...] = (pbe.DEFAULT_SEED,),
+                 levels: tuple[str, ...] = ("std",)) -> None:
+        bad = [lv for lv in levels if lv not in pbe.LEVELS]
+        if bad:
+            raise ValueError(f"unknown level {bad[0]!r} (expected one of {pbe.LEVELS})")
+        self.guards = [pbe.heldout_guard(s, lv) for s in heldout_seeds for lv in levels]
         self._cache: dict[str, bool] = {}
 
     def blocked(self, family: str, steps: list[pbe.Step], src: str) -> bool:
         if src not in self._cache:
             bad = bool(steps) and pbe.shape_split(family, steps) != "train"
-            if not bad:
-                fn = pbe.compile_fn(src)
-                bad = any(g.matches_fn(fn) for g in self.guards)
-            self._cache[src] = bad
+            self._cache[src] = bad or self._blocked_src(src)
         return self._cache[src]
+
+    def _blocked_src(self, src: str) -> bool:
+        """The behaviour half of ``blocked``: equivalent to a guarded held-out target."""
+        fn = pbe.compile_fn(src)
+        return any(g.matches_fn(fn) for g in self.guards)
 
 
 # -------------------------------------------------------------------------------------------- the samples

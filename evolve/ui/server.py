@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from evaluators.netaddr import is_loopback_host
 
-from . import pages
+from . import budget, pages
 from .info import ProblemInfo, problem_info
 from .store import RunStore, UIError
 
@@ -43,7 +43,8 @@ class NotFound(Exception):
 class App:
     """The runs being served and what is shared between requests (problem titles, computed once)."""
 
-    def __init__(self, runs: dict[str, list[str | Path]], token: str | None = None):
+    def __init__(self, runs: dict[str, list[str | Path]], token: str | None = None,
+                 max_bytes: int = budget.MAX_PAGE_BYTES, render_seconds: float = budget.RENDER_SECONDS):
         self.stores: dict[str, RunStore] = {}
         self.groups: dict[str, list[RunStore]] = {}
         for label, dirs in runs.items():
@@ -57,6 +58,8 @@ class App:
         if not self.stores:
             raise UIError("no runs given")
         self.token = token
+        self.max_bytes = max_bytes
+        self.render_seconds = render_seconds
         self._info: dict[str, ProblemInfo] | None = None
         self._info_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -79,7 +82,12 @@ class App:
 
     # ---------------------------------------------------------------- routing
     def route(self, path: str, query: dict[str, list[str]]) -> tuple[str, str | bytes]:
-        """(content type, body) for a GET; NotFound for anything not served."""
+        """(content type, body) for a GET, within the size budget (`budget.cap`: a page over it cut and said so);
+        NotFound for anything not served."""
+        ctype, body = self._route(path, query)
+        return ctype, cap(ctype, body, self.max_bytes)
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> tuple[str, str | bytes]:
         stores = list(self.stores.values())
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts in ([""], []):
@@ -124,6 +132,19 @@ class App:
         if rest == ["training"]:
             return pages.training(stores, s)
         raise NotFound
+
+
+def cap(ctype: str, body: str | bytes, limit: int) -> str | bytes:
+    """A body within ``limit`` bytes: HTML cut at a safe boundary with its note (`budget.cap_html`); any other
+    kind over it (the runs' JSON) is replaced by one line saying so, since half a JSON document is not one."""
+    if ctype == "text/html" and isinstance(body, str):
+        return budget.cap_html(body, limit)
+    size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8"))
+    if size <= limit:
+        return body
+    if ctype == "application/json":
+        return json.dumps({"error": f"truncated: this response is over {budget.mb(limit)} ({budget.mb(size)})"})
+    return f"truncated: this response is over {budget.mb(limit)} ({budget.mb(size)})\n"
 
 
 def _host_name(host: str) -> str:
@@ -264,10 +285,11 @@ class Server:
     """A running UI: `url` carries the token when there is one; `serve_forever` until `shutdown`."""
 
     def __init__(self, runs: dict[str, list[str | Path]], host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None):
+                 token: str | None = None, max_bytes: int = budget.MAX_PAGE_BYTES,
+                 render_seconds: float = budget.RENDER_SECONDS):
         if token is None and not is_loopback_host(host):
             token = secrets.token_urlsafe(24)
-        self.app = App(runs, token)
+        self.app = App(runs, token, max_bytes, render_seconds)
         try:
             self.httpd = ThreadingHTTPServer((host, port), make_handler(self.app))
         except OSError as e:

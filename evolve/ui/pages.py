@@ -228,8 +228,8 @@ def _compare_training(runs: Sequence[RunStore], figures: Sequence[tuple[str, str
     keys = training_keys([r for rows in logs.values() for r in rows])
     charts = []
     for k in keys:
-        lines = [(name, [(float(r.step), float(r.data[k])) for r in rows if is_number(r.data.get(k))], None)
-                 for name, rows in logs.items() if rows]
+        lines = [(name, thin([(float(r.step), float(r.data[k])) for r in rows if is_number(r.data.get(k))],
+                             CURVE_POINTS), None) for name, rows in logs.items() if rows]
         charts.append(line_chart([ln for ln in lines if ln[1]], k, "iteration", chart_id=f"train-{k}", width=360,
                                  height=220, step=False))
     if charts:
@@ -384,13 +384,13 @@ def training(stores: Sequence[RunStore], s: RunStore) -> str:
     for k in keys:
         pts = [(float(r.step), float(r.data[k])) for r in rows
                if isinstance(r.data.get(k), (int, float)) and not isinstance(r.data.get(k), bool)]
-        charts.append(line_chart([(s.name, pts, None)], k, "iteration", chart_id=f"train-{k}", width=360,
+        charts.append(line_chart([(s.name, thin(pts, CURVE_POINTS), None)], k, "iteration", chart_id=f"train-{k}", width=360,
                                  height=220, step=False))
     versions = s.q("SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
                    "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")
     changes = [(float(it), float(v)) for k, (it, v) in enumerate(versions)
                if k == 0 or v != versions[k - 1][1] or k == len(versions) - 1]
-    timeline = line_chart([("policy version", changes, None)], "policy version the proposer sampled with",
+    timeline = line_chart([("policy version", thin(changes, CURVE_POINTS), None)], "policy version the proposer sampled with",
                           "iteration", chart_id="policy-timeline", width=740, height=200, integer_y=True)
     skipped = [r for r in rows if "skipped" in r.data]
     skip = (f"<p class='note'>{len(skipped)} steps skipped, last at iteration {skipped[-1].step}: "

@@ -53,6 +53,8 @@ class App:
                 if name in self.stores:
                     raise UIError(f"two runs are named {name!r}; name them apart with NAME=RUN")
                 s = RunStore(name, d)
+                budget.watch(s._conn)  # a render past its deadline has its queries interrupted
+                budget.watch(s.archive._conn)
                 self.stores[name] = s
                 self.groups.setdefault(label, []).append(s)
         if not self.stores:
@@ -147,6 +149,16 @@ def cap(ctype: str, body: str | bytes, limit: int) -> str | bytes:
     return f"truncated: this response is over {budget.mb(limit)} ({budget.mb(size)})\n"
 
 
+def too_slow(path: str, seconds: float) -> str:
+    """The page a render past its deadline is answered with: what happened and what to try."""
+    body = (f"<h1>This page took too long</h1><p id='too-slow'>Rendering <code>{pages.e(path)}</code> ran past "
+            f"its time budget of {seconds:g} s and was stopped, so the UI stays responsive for other pages.</p>"
+            "<p>Try a narrower view: one run (<code>/curves?run=NAME</code>), one problem, a later lineage page; or "
+            "reload in a moment (a run's curves are folded incrementally, so the next look reads less; a run whose "
+            "archive another process holds locked is readable once it lets go).</p>")
+    return pages.page("vevo ui: too slow", body, [])
+
+
 def _host_name(host: str) -> str:
     """The name of a Host header without its port ('[::1]:80' -> '::1')."""
     if host.startswith("["):
@@ -238,7 +250,10 @@ def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
                 self._events(extra)
                 return
             try:
-                ctype, body = app.route(url.path, query)
+                ctype, body = budget.within(lambda: app.route(url.path, query), app.render_seconds)
+            except budget.TooSlow:
+                self._send(503, "text/html", too_slow(url.path, app.render_seconds).encode(), extra)
+                return
             except NotFound:
                 self._send(404, "text/plain", b"404: not found\n", extra)
                 return

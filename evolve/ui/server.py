@@ -330,9 +330,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def serve(runs: dict[str, list[str | Path]], host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          announce: Callable[[str], None] = print) -> None:
+          announce: Callable[[str], None] = print, max_bytes: int = budget.MAX_PAGE_BYTES,
+          render_seconds: float = budget.RENDER_SECONDS) -> None:
     """Serve until interrupted; the URL (with its token) is announced first."""
-    server = Server(runs, host, port, token)
+    server = Server(runs, host, port, token, max_bytes, render_seconds)
     announce(server.url)
     if threading.current_thread() is threading.main_thread():  # `kill` stops it as cleanly as Ctrl-C
         signal.signal(signal.SIGTERM, _interrupt)

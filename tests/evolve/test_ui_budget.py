@@ -173,3 +173,33 @@ def test_the_deadline_is_checked_by_the_work_itself(tmp_path):
         assert not budget.expired()
     finally:
         app.close()
+
+
+def test_vevo_ui_takes_the_budgets_as_flags(tmp_path):
+    """`vevo ui --max-page-mb`: the page cut at that size; a budget that is not a positive number: one line."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.campaign_helpers import ROOT, interruptible, vevo
+
+    arts = {f"key{k:02d}": "z" * 50_000 for k in range(20)}
+    ids = make_run(tmp_path / "run", [(CODE, arts)])
+    for bad in (["--max-page-mb", "0"], ["--render-seconds", "nan"], ["--render-seconds", "-1"]):
+        r = vevo("ui", str(tmp_path / "run"), "--port", "0", *bad, check=False, timeout=60)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+            f"vevo: error: {bad[0]} {float(bad[1])}: expected a positive number"], r.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "ui", str(tmp_path / "run"), "--port", "0",
+                             "--max-page-mb", "0.25", "--render-seconds", "30"], cwd=str(ROOT),
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=interruptible)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), proc.stderr.read() if proc.poll() is not None else url
+        status, page = get(url, f"/run/run/program/{ids[1]}")
+        assert status == 200 and len(page.encode()) <= 0.25 * (1 << 20)
+        assert "truncated: this page is over 0.25 MB" in page[-2000:] and balanced(page)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0

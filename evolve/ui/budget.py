@@ -6,7 +6,8 @@ note, and a page over ``MAX_PAGE_BYTES`` is cut at a row or tag boundary, its op
 "truncated" note. Time: a render runs on its own thread under a deadline (``RENDER_SECONDS``) that the work checks
 cooperatively (every escaped string, every few thousand SQLite VM steps through a progress handler, so a long
 query is interrupted); if the render is not back by the deadline (say a reader stuck on a lock), the request is
-answered with a "took too long" page anyway, and the abandoned render stops at its next check.
+answered with a "took too long" page anyway, and the abandoned render stops at its next check. Work that fills a
+cache is exempt (``unbounded``): it finishes in the background, so a second look is cheap.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import re
 import sqlite3
 import threading
 import time
-from typing import Callable, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, TypeVar
 
 MAX_PAGE_BYTES = 8 << 20    # one response's body
 MAX_FIELD_CHARS = 100_000   # one shown field (code, error, evaluator output, completion text)
@@ -44,6 +46,19 @@ def check() -> None:
 def watch(conn: sqlite3.Connection) -> None:
     """Interrupt this connection's queries made by a render past its deadline ("interrupted")."""
     conn.set_progress_handler(lambda: 1 if expired() else 0, PROGRESS_STEPS)
+
+
+@contextmanager
+def unbounded() -> Iterator[None]:
+    """Work whose result is cached (a run's curve fold, its proposers' numbers, the problem titles) runs to its
+    end even past the deadline: the request is answered at the deadline anyway, and the next look finds the
+    cache warm instead of starting over (an interrupted fold would never finish on a large archive)."""
+    saved = getattr(_local, "deadline", None)
+    _local.deadline = None
+    try:
+        yield
+    finally:
+        _local.deadline = saved
 
 
 def within(fn: Callable[[], T], seconds: float = RENDER_SECONDS) -> T:

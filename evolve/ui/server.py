@@ -40,6 +40,29 @@ class NotFound(Exception):
     pass
 
 
+class _Store(RunStore):
+    """A run as the server reads it: what RunStore caches is computed to the end even past a render's deadline
+    (`budget.unbounded`), so a large archive's first fold completes in the background and the next look is
+    warm; its queries are interrupted once a render is past its deadline (`budget.watch`)."""
+
+    def __init__(self, name: str, run_dir: str | Path):
+        super().__init__(name, run_dir)
+        budget.watch(self._conn)
+        budget.watch(self.archive._conn)
+
+    def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
+        with budget.unbounded():
+            return super().curve_points()
+
+    def wall_clock(self) -> bool:
+        with budget.unbounded():
+            return super().wall_clock()
+
+    def members(self) -> dict[str, dict[str, Any]]:
+        with budget.unbounded():
+            return super().members()
+
+
 class App:
     """The runs being served and what is shared between requests (problem titles, computed once)."""
 
@@ -52,9 +75,7 @@ class App:
                 name = label if len(dirs) == 1 else f"{label} #{i + 1}"
                 if name in self.stores:
                     raise UIError(f"two runs are named {name!r}; name them apart with NAME=RUN")
-                s = RunStore(name, d)
-                budget.watch(s._conn)  # a render past its deadline has its queries interrupted
-                budget.watch(s.archive._conn)
+                s = _Store(name, d)
                 self.stores[name] = s
                 self.groups.setdefault(label, []).append(s)
         if not self.stores:
@@ -70,7 +91,7 @@ class App:
 
     def info(self, pid: str) -> ProblemInfo:
         """Titles and test labels from the registry the runs were configured with, read once."""
-        with self._info_lock:
+        with self._info_lock, budget.unbounded():
             if self._info is None:
                 self._info = problem_info([s.meta()["config"] for s in self.stores.values()])
         return self._info.get(pid, ProblemInfo())

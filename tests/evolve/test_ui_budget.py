@@ -163,7 +163,7 @@ def test_a_render_past_its_deadline_says_so_while_other_requests_are_served(tmp_
 
 def test_the_deadline_is_checked_by_the_work_itself(tmp_path):
     """Cooperative checks: a real render given no time stops at its first check (TooSlow), not at the join;
-    without a deadline (`vevo report`'s freeze) the same render completes."""
+    without a deadline (`vevo report`'s freeze) the same render completes; what it caches is computed anyway."""
     ids = make_run(tmp_path / "run", [(CODE, {"error": "e"})])
     app = App({"run": [tmp_path / "run"]})
     try:
@@ -171,6 +171,12 @@ def test_the_deadline_is_checked_by_the_work_itself(tmp_path):
             budget.within(lambda: app.route(f"/run/run/program/{ids[1]}", {}), 0.0)
         assert f"Program {ids[1]}" in app.route(f"/run/run/program/{ids[1]}", {})[1]
         assert not budget.expired()
+        # a cache the render fills (the curve fold) is filled to the end though the render is past its deadline
+        store = app.stores["run"]
+        assert store._curve.last_id == 0
+        with pytest.raises(budget.TooSlow):
+            budget.within(lambda: (store.curve_points(), store.members(), budget.check()), 0.0)
+        assert store._curve.last_id == ids[-1] and store._curve.points[-1][0] == 1
     finally:
         app.close()
 

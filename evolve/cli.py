@@ -640,9 +640,9 @@ def cmd_ui(args) -> int:
     specs = list(args.runs) + [f"{name}={path}" for name, path in runs_under(args.root)] if args.root else args.runs
     mb = budget.MAX_PAGE_BYTES / (1 << 20) if args.max_page_mb is None else args.max_page_mb
     secs = budget.RENDER_SECONDS if args.render_seconds is None else args.render_seconds
-    for flag, v in (("--max-page-mb", mb), ("--render-seconds", secs)):
-        if not 0 < v < 1e6:  # NaN and inf too
-            raise UserError(f"{flag} {v}: expected a positive number")
+    for flag, v, low in (("--max-page-mb", mb, 0.05), ("--render-seconds", secs, 0.0)):
+        if not low < v < 1e6:  # NaN and inf too
+            raise UserError(f"{flag} {v}: expected a number over {low:g}")
     serve(_labelled_runs(specs, []), args.host, args.port, args.token, announce=lambda url: print(url, flush=True),
           max_bytes=int(mb * (1 << 20)), render_seconds=secs)
     return 0

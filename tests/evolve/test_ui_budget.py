@@ -182,7 +182,7 @@ def test_the_deadline_is_checked_by_the_work_itself(tmp_path):
 
 
 def test_vevo_ui_takes_the_budgets_as_flags(tmp_path):
-    """`vevo ui --max-page-mb`: the page cut at that size; a budget that is not a positive number: one line."""
+    """`vevo ui --max-page-mb`: the page cut at that size; a budget out of range: one line."""
     import os
     import signal
     import subprocess
@@ -192,10 +192,11 @@ def test_vevo_ui_takes_the_budgets_as_flags(tmp_path):
 
     arts = {f"key{k:02d}": "z" * 50_000 for k in range(20)}
     ids = make_run(tmp_path / "run", [(CODE, arts)])
-    for bad in (["--max-page-mb", "0"], ["--render-seconds", "nan"], ["--render-seconds", "-1"]):
+    for bad, low in ((["--max-page-mb", "0.01"], "0.05"), (["--render-seconds", "nan"], "0"),
+                     (["--render-seconds", "-1"], "0")):
         r = vevo("ui", str(tmp_path / "run"), "--port", "0", *bad, check=False, timeout=60)
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-            f"vevo: error: {bad[0]} {float(bad[1])}: expected a positive number"], r.stderr
+            f"vevo: error: {bad[0]} {float(bad[1])}: expected a number over {low}"], r.stderr
     proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "ui", str(tmp_path / "run"), "--port", "0",
                              "--max-page-mb", "0.25", "--render-seconds", "30"], cwd=str(ROOT),
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
@@ -209,3 +210,13 @@ def test_vevo_ui_takes_the_budgets_as_flags(tmp_path):
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
+
+
+def test_json_over_the_budget_is_one_line_of_json_and_small_bodies_pass():
+    from evolve.ui.server import cap
+
+    big = json.dumps([{"name": "x" * 1000}] * 100)
+    out = cap("application/json", big, 10_000)
+    assert json.loads(out) == {"error": f"truncated: this response is over {budget.mb(10_000)} "
+                                        f"({budget.mb(len(big))})"}
+    assert cap("application/json", big, 10 ** 6) is big and cap("application/javascript", b"x", 10) == b"x"

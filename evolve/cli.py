@@ -633,11 +633,18 @@ def cmd_report(args) -> int:
 
 
 def cmd_ui(args) -> int:
+    from .ui import budget
     from .ui.server import serve
     from .ui.store import runs_under
 
     specs = list(args.runs) + [f"{name}={path}" for name, path in runs_under(args.root)] if args.root else args.runs
-    serve(_labelled_runs(specs, []), args.host, args.port, args.token, announce=lambda url: print(url, flush=True))
+    mb = budget.MAX_PAGE_BYTES / (1 << 20) if args.max_page_mb is None else args.max_page_mb
+    secs = budget.RENDER_SECONDS if args.render_seconds is None else args.render_seconds
+    for flag, v, low in (("--max-page-mb", mb, 0.05), ("--render-seconds", secs, 0.0)):
+        if not low < v < 1e6:  # NaN and inf too
+            raise UserError(f"{flag} {v}: expected a number over {low:g}")
+    serve(_labelled_runs(specs, []), args.host, args.port, args.token, announce=lambda url: print(url, flush=True),
+          max_bytes=int(mb * (1 << 20)), render_seconds=secs)
     return 0
 
 
@@ -1054,6 +1061,10 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="any non-loopback address requires the token")
     p.add_argument("--port", type=int, default=8765, help="0: any free port")
     p.add_argument("--token", help="access token (default: generated when --host is not loopback)")
+    p.add_argument("--max-page-mb", type=float, metavar="MB",
+                   help="a page over this is cut and says so (default: 8, evolve/ui/budget.py)")
+    p.add_argument("--render-seconds", type=float, metavar="S",
+                   help="a page taking longer is answered 'took too long' (default: 5, evolve/ui/budget.py)")
     p.set_defaults(fn=cmd_ui)
 
     for name, fn, hlp in (("train", cmd_train, "RL on problems without evolution (VPO or a baseline)"),

@@ -12,7 +12,7 @@ import html
 import re
 from typing import Any, Iterable, Sequence
 
-from . import diffs
+from . import budget, diffs
 
 # C0/C1 controls other than tab and newline, DEL, and the Unicode bidi/format controls
 _INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2064"
@@ -25,8 +25,18 @@ def _visible(m: re.Match) -> str:
 
 
 def e(s: Any) -> str:
-    """Untrusted text as HTML text or attribute value: escaped, controls made visible."""
+    """Untrusted text as HTML text or attribute value: escaped, controls made visible. Every call checks the
+    render's deadline (``budget.check``), so a page that escapes without end stops at it."""
+    budget.check()
     return html.escape(_INVISIBLE.sub(_visible, str(s)), quote=True)
+
+
+def field(s: Any, limit: int | None = None) -> str:
+    """A shown field of untrusted text (code, an error, evaluator output) as e() makes it, cut at ``limit``
+    characters (``budget.MAX_FIELD_CHARS``) with a note saying how many more there were."""
+    text, more = budget.clip(str(s), budget.MAX_FIELD_CHARS if limit is None else limit)
+    note = f"<span class='clipped note'>… ({more} more characters)</span>" if more else ""
+    return e(text) + note
 
 
 def fmt(v: float | None) -> str:
@@ -107,9 +117,12 @@ def heatmap(rows: Iterable[tuple[str, str, Sequence[float]]], labels: Sequence[s
     return f"<table class='heat'><tr><th>program</th>{head}</tr>{''.join(body)}</table>{more}"
 
 
+LINE_CHARS = 5000  # characters shown of one diff line
+
+
 def diff_html(old: str, new: str, old_name: str, new_name: str, limit: int = 4000) -> str:
-    """Unified diff of two programs, each line escaped and coloured by kind; bounded in time (``diffs``) and in
-    lines (``limit``), and it says when it was truncated."""
+    """Unified diff of two programs, each line escaped and coloured by kind; bounded in time (``diffs``), in
+    lines (``limit``) and in characters per line (``LINE_CHARS``), and it says when it was truncated."""
     lines, note = diffs.unified(old, new, old_name, new_name)
     if not lines:
         return "<p class='note'>identical to its parent</p>"
@@ -117,7 +130,7 @@ def diff_html(old: str, new: str, old_name: str, new_name: str, limit: int = 400
     for line in lines[:limit]:
         cls = ("hunk" if line.startswith("@@") else "add" if line.startswith("+") and not line.startswith("+++")
                else "del" if line.startswith("-") and not line.startswith("---") else "")
-        out.append(f"<span class='{cls}'>{e(line) or ' '}</span>")
+        out.append(f"<span class='{cls}'>{field(line, LINE_CHARS) or ' '}</span>")
     more = f"<span>… diff truncated: {len(lines) - limit} more lines</span>" if len(lines) > limit else ""
     head = f"<p class='note' id='diff-note'>{e(note)}</p>" if note else ""
     return f"{head}<pre class='diff' id='diff'><code>{''.join(out)}{more}</code></pre>"

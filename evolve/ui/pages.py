@@ -7,7 +7,7 @@ from typing import Any, Callable, Sequence
 
 from .. import verdict
 from .charts import band, line_chart, lineage_svg, quote_seg, thin
-from .components import by, diff_html, e, fmt, frame, heatmap, test_strip, test_table
+from .components import by, diff_html, e, field, fmt, frame, heatmap, test_strip, test_table
 from .info import WELL_KNOWN_KEYS, ProblemInfo, is_number, training_keys
 from .store import CURVE_POINTS, RunStore
 
@@ -188,11 +188,11 @@ def _best_cell(best: tuple[RunStore, Any] | None, labels: Sequence[str]) -> str:
         return "<td class='unsolved'>no program</td>"
     s, p = best
     err = p.artifacts.get("first_error") or p.artifacts.get("error")
-    err_html = f"<p>first error: <code>{e(err)}</code></p>" if err else ""
+    err_html = f"<p>first error: <code>{field(err)}</code></p>" if err else ""
     return (f"<td><div><a href='{e(run_href(s.name, f'/program/{p.id}'))}'>{e(fmt(p.scalar))} · {e(p.status)}</a>"
             f" · {e(s.name)}, iteration {p.iteration}, {by(p.completion_id is None, p.policy_version)}</div>"
             f"<div>{test_strip(p.vector, labels)}</div><details><summary>program and per-test results</summary>"
-            f"{err_html}{test_table(p.vector, labels)}<pre><code>{e(p.code)}</code></pre></details></td>")
+            f"{err_html}{test_table(p.vector, labels)}<pre><code>{field(p.code)}</code></pre></details></td>")
 
 
 def _verdicts(groups: dict[str, list[RunStore]], logs: dict[str, list]) -> str:
@@ -228,8 +228,8 @@ def _compare_training(runs: Sequence[RunStore], figures: Sequence[tuple[str, str
     keys = training_keys([r for rows in logs.values() for r in rows])
     charts = []
     for k in keys:
-        lines = [(name, [(float(r.step), float(r.data[k])) for r in rows if is_number(r.data.get(k))], None)
-                 for name, rows in logs.items() if rows]
+        lines = [(name, thin([(float(r.step), float(r.data[k])) for r in rows if is_number(r.data.get(k))],
+                             CURVE_POINTS), None) for name, rows in logs.items() if rows]
         charts.append(line_chart([ln for ln in lines if ln[1]], k, "iteration", chart_id=f"train-{k}", width=360,
                                  height=220, step=False))
     if charts:
@@ -296,7 +296,7 @@ def problem(stores: Sequence[RunStore], s: RunStore, pid: str, info: Info) -> st
         best_html = (f"<h2>Best program</h2><p><a href='{e(prog_href)}{best.id}'>program {best.id}</a> · score "
                      f"{e(fmt(best.scalar))} · {e(best.status)} · iteration {best.iteration} · "
                      f"{by(best.completion_id is None, best.policy_version)}</p><div>{test_strip(best.vector, labels)}"
-                     f"</div><pre><code>{e(best.code)}</code></pre>")
+                     f"</div><pre><code>{field(best.code)}</code></pre>")
     heat = heatmap(((f"{prog_href}{p.id}", f"{p.id} ({fmt(p.scalar)})", p.vector) for p in d["top"]), labels)
     lin = "".join(f"<a href='{e(run_href(s.name, f'/lineage?problem={quote_seg(pid)}&island={i}'))}'>island {i}</a> "
                   for i in d["islands"])
@@ -348,10 +348,10 @@ def program(stores: Sequence[RunStore], s: RunStore, program_id: int, info: Info
             f"{by(p.completion_id is None, p.policy_version)} · parents: {parents}</p>")
     vec = f"<h2>Per-test results</h2><div id='vector'>{test_strip(p.vector, labels)}{test_table(p.vector, labels)}</div>"
     arts = p.artifacts
-    feedback = "".join(f"<dt>{e(k)}</dt><dd><pre>{e(v if isinstance(v, str) else json.dumps(v, default=str))}"
+    feedback = "".join(f"<dt>{field(k, 200)}</dt><dd><pre>{field(v if isinstance(v, str) else json.dumps(v, default=str))}"
                        f"</pre></dd>" for k, v in sorted(arts.items()))
     fb = f"<h2>Evaluator feedback</h2><dl id='feedback'>{feedback or '<dd>none</dd>'}</dl>"
-    code = f"<h2>Code</h2><pre id='code'><code>{e(p.code)}</code></pre>"
+    code = f"<h2>Code</h2><pre id='code'><code>{field(p.code)}</code></pre>"
     diff = ("<h2>Diff against its parent</h2>" + (diff_html(parent.code, p.code, f"program {parent.id}",
                                                              f"program {p.id}") if parent else
                                                    "<p class='note'>no parent</p>"))
@@ -367,13 +367,13 @@ def program(stores: Sequence[RunStore], s: RunStore, program_id: int, info: Info
                     if f["program_id"] is not None else ""
                 mark = " (this program)" if p.answer_index == i else ""
                 rows.append(f"<tr class='answer'><td>{i + 1}{mark}</td><td class='fate-{f['fate']}'>{f['fate']}{link}"
-                            f"<div class='title'>{e(f['detail'])}</div></td><td><details><summary>answer text</summary>"
-                            f"<pre>{e(ans)}</pre></details></td></tr>")
+                            f"<div class='title'>{field(f['detail'], 2000)}</div></td><td><details><summary>answer text</summary>"
+                            f"<pre>{field(ans)}</pre></details></td></tr>")
             comp = (f"<h2>The completion that produced it</h2><p>group {group.id} · completion {c.idx + 1} of "
                     f"{group.n} · policy v{c.policy_version} · {group.m} answers asked · finish: "
                     f"{e(c.finish_reason)}</p><table id='answers'><tr><th>answer</th><th>what became of it</th>"
                     f"<th></th></tr>{''.join(rows)}</table><details><summary>raw completion text</summary>"
-                    f"<pre id='completion'>{e(c.text)}</pre></details>")
+                    f"<pre id='completion'>{field(c.text)}</pre></details>")
     return page(f"vevo ui: program {p.id}", head + code + diff + vec + fb + comp, stores, s)
 
 
@@ -384,13 +384,13 @@ def training(stores: Sequence[RunStore], s: RunStore) -> str:
     for k in keys:
         pts = [(float(r.step), float(r.data[k])) for r in rows
                if isinstance(r.data.get(k), (int, float)) and not isinstance(r.data.get(k), bool)]
-        charts.append(line_chart([(s.name, pts, None)], k, "iteration", chart_id=f"train-{k}", width=360,
+        charts.append(line_chart([(s.name, thin(pts, CURVE_POINTS), None)], k, "iteration", chart_id=f"train-{k}", width=360,
                                  height=220, step=False))
     versions = s.q("SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
                    "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")
     changes = [(float(it), float(v)) for k, (it, v) in enumerate(versions)
                if k == 0 or v != versions[k - 1][1] or k == len(versions) - 1]
-    timeline = line_chart([("policy version", changes, None)], "policy version the proposer sampled with",
+    timeline = line_chart([("policy version", thin(changes, CURVE_POINTS), None)], "policy version the proposer sampled with",
                           "iteration", chart_id="policy-timeline", width=740, height=200, integer_y=True)
     skipped = [r for r in rows if "skipped" in r.data]
     skip = (f"<p class='note'>{len(skipped)} steps skipped, last at iteration {skipped[-1].step}: "

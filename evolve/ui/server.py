@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from evaluators.netaddr import is_loopback_host
 
-from . import pages
+from . import budget, pages
 from .info import ProblemInfo, problem_info
 from .store import RunStore, UIError
 
@@ -40,10 +40,34 @@ class NotFound(Exception):
     pass
 
 
+class _Store(RunStore):
+    """A run as the server reads it: what RunStore caches is computed to the end even past a render's deadline
+    (`budget.unbounded`), so a large archive's first fold completes in the background and the next look is
+    warm; its queries are interrupted once a render is past its deadline (`budget.watch`)."""
+
+    def __init__(self, name: str, run_dir: str | Path):
+        super().__init__(name, run_dir)
+        budget.watch(self._conn)
+        budget.watch(self.archive._conn)
+
+    def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
+        with budget.unbounded():
+            return super().curve_points()
+
+    def wall_clock(self) -> bool:
+        with budget.unbounded():
+            return super().wall_clock()
+
+    def members(self) -> dict[str, dict[str, Any]]:
+        with budget.unbounded():
+            return super().members()
+
+
 class App:
     """The runs being served and what is shared between requests (problem titles, computed once)."""
 
-    def __init__(self, runs: dict[str, list[str | Path]], token: str | None = None):
+    def __init__(self, runs: dict[str, list[str | Path]], token: str | None = None,
+                 max_bytes: int = budget.MAX_PAGE_BYTES, render_seconds: float = budget.RENDER_SECONDS):
         self.stores: dict[str, RunStore] = {}
         self.groups: dict[str, list[RunStore]] = {}
         for label, dirs in runs.items():
@@ -51,12 +75,14 @@ class App:
                 name = label if len(dirs) == 1 else f"{label} #{i + 1}"
                 if name in self.stores:
                     raise UIError(f"two runs are named {name!r}; name them apart with NAME=RUN")
-                s = RunStore(name, d)
+                s = _Store(name, d)
                 self.stores[name] = s
                 self.groups.setdefault(label, []).append(s)
         if not self.stores:
             raise UIError("no runs given")
         self.token = token
+        self.max_bytes = max_bytes
+        self.render_seconds = render_seconds
         self._info: dict[str, ProblemInfo] | None = None
         self._info_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -65,7 +91,7 @@ class App:
 
     def info(self, pid: str) -> ProblemInfo:
         """Titles and test labels from the registry the runs were configured with, read once."""
-        with self._info_lock:
+        with self._info_lock, budget.unbounded():
             if self._info is None:
                 self._info = problem_info([s.meta()["config"] for s in self.stores.values()])
         return self._info.get(pid, ProblemInfo())
@@ -79,7 +105,12 @@ class App:
 
     # ---------------------------------------------------------------- routing
     def route(self, path: str, query: dict[str, list[str]]) -> tuple[str, str | bytes]:
-        """(content type, body) for a GET; NotFound for anything not served."""
+        """(content type, body) for a GET, within the size budget (`budget.cap`: a page over it cut and said so);
+        NotFound for anything not served."""
+        ctype, body = self._route(path, query)
+        return ctype, cap(ctype, body, self.max_bytes)
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> tuple[str, str | bytes]:
         stores = list(self.stores.values())
         parts = [unquote(p) for p in path.split("/")[1:]]
         if parts in ([""], []):
@@ -124,6 +155,29 @@ class App:
         if rest == ["training"]:
             return pages.training(stores, s)
         raise NotFound
+
+
+def cap(ctype: str, body: str | bytes, limit: int) -> str | bytes:
+    """A body within ``limit`` bytes: HTML cut at a safe boundary with its note (`budget.cap_html`); any other
+    kind over it (the runs' JSON) is replaced by one line saying so, since half a JSON document is not one."""
+    if ctype == "text/html" and isinstance(body, str):
+        return budget.cap_html(body, limit)
+    size = len(body) if isinstance(body, bytes) else len(body.encode("utf-8"))
+    if size <= limit:
+        return body
+    if ctype == "application/json":
+        return json.dumps({"error": f"truncated: this response is over {budget.mb(limit)} ({budget.mb(size)})"})
+    return f"truncated: this response is over {budget.mb(limit)} ({budget.mb(size)})\n"
+
+
+def too_slow(path: str, seconds: float) -> str:
+    """The page a render past its deadline is answered with: what happened and what to try."""
+    body = (f"<h1>This page took too long</h1><p id='too-slow'>Rendering <code>{pages.e(path)}</code> ran past "
+            f"its time budget of {seconds:g} s and was stopped, so the UI stays responsive for other pages.</p>"
+            "<p>Try a narrower view: one run (<code>/curves?run=NAME</code>), one problem, a later lineage page; or "
+            "reload in a moment (a run's curves are folded incrementally, so the next look reads less; a run whose "
+            "archive another process holds locked is readable once it lets go).</p>")
+    return pages.page("vevo ui: too slow", body, [])
 
 
 def _host_name(host: str) -> str:
@@ -217,7 +271,10 @@ def make_handler(app: App) -> type[BaseHTTPRequestHandler]:
                 self._events(extra)
                 return
             try:
-                ctype, body = app.route(url.path, query)
+                ctype, body = budget.within(lambda: app.route(url.path, query), app.render_seconds)
+            except budget.TooSlow:
+                self._send(503, "text/html", too_slow(url.path, app.render_seconds).encode(), extra)
+                return
             except NotFound:
                 self._send(404, "text/plain", b"404: not found\n", extra)
                 return
@@ -264,10 +321,11 @@ class Server:
     """A running UI: `url` carries the token when there is one; `serve_forever` until `shutdown`."""
 
     def __init__(self, runs: dict[str, list[str | Path]], host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None):
+                 token: str | None = None, max_bytes: int = budget.MAX_PAGE_BYTES,
+                 render_seconds: float = budget.RENDER_SECONDS):
         if token is None and not is_loopback_host(host):
             token = secrets.token_urlsafe(24)
-        self.app = App(runs, token)
+        self.app = App(runs, token, max_bytes, render_seconds)
         try:
             self.httpd = ThreadingHTTPServer((host, port), make_handler(self.app))
         except OSError as e:
@@ -293,9 +351,10 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 def serve(runs: dict[str, list[str | Path]], host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
-          announce: Callable[[str], None] = print) -> None:
+          announce: Callable[[str], None] = print, max_bytes: int = budget.MAX_PAGE_BYTES,
+          render_seconds: float = budget.RENDER_SECONDS) -> None:
     """Serve until interrupted; the URL (with its token) is announced first."""
-    server = Server(runs, host, port, token)
+    server = Server(runs, host, port, token, max_bytes, render_seconds)
     announce(server.url)
     if threading.current_thread() is threading.main_thread():  # `kill` stops it as cleanly as Ctrl-C
         signal.signal(signal.SIGTERM, _interrupt)

@@ -118,7 +118,7 @@ def result_text(name: str, ev: dict) -> str:
 
 def cmd_problems_check(args) -> int:
     from problems.model import ProblemError
-    from problems.registry import load_tree
+    from problems.registry import load_tree, refuse_builtin_ids
 
     errors: list[ProblemError] = []
     from problems.suites import SUITES
@@ -126,6 +126,7 @@ def cmd_problems_check(args) -> int:
     target = Path(args.target)
     if target.exists():
         probs = load_tree(target, errors)
+        refuse_builtin_ids(probs)  # `run` would refuse a folder that has a built-in problem's id
     elif args.target in SUITES:  # a built-in suite by name: every problem of it
         probs = SUITES[args.target]()
     else:

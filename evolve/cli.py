@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -391,7 +392,7 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     stops = sorted({str(summary.get("stopped_by")) for _, _, summary in done})
     print(f"{len(solved)} seeds in {folder}: solved {mean:.3g} ± {half:.3g} (mean, 95% CI half-width) of "
           f"{summary['problems']} problems; stopped by {', '.join(stops)}; compare with `vevo curves {folder}` "
-          f"and `vevo report {folder} --out R`")
+          f"and `vevo report {folder}` (writes {folder / 'report' / 'index.html'})")
 
 
 def _print_summary(run_dir: Path, s: dict) -> None:
@@ -1167,6 +1168,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except VevoError as e:  # every layer's user-facing error: one line; anything else is a bug and shows itself
         return _fail(e)
+    except BrokenPipeError:  # the reader went away (`vevo defaults | head`): stop quietly, as `seq 9 | head -1` does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+        return 128 + signal.SIGPIPE
     except OSError as e:  # the environment's fault (unwritable dir, disk full): name the file, no traceback
         return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
     except KeyboardInterrupt:

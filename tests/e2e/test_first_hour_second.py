@@ -28,9 +28,16 @@ def seeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("fh2")
     vevo("problems", "new", "mine", "--kind", "io", "--dir", str(d / "probs"))
     (d / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([DIVIDES, CLOSE, SQUARES]))}) + "\n")
-    vevo("run", "--problems-dir", str(d / "probs"), "--proposer", f"replay:{d / 'r.jsonl'}", "--answers", "3",
-         "--group", "1", "--iterations", "2", "--seeds", "0-1", "--out", str(d / "runs"), "--quiet")
+    r = vevo("run", "--problems-dir", str(d / "probs"), "--proposer", f"replay:{d / 'r.jsonl'}", "--answers", "3",
+             "--group", "1", "--iterations", "2", "--seeds", "0-1", "--out", str(d / "runs"), "--quiet")
+    (d / "run.out").write_text(r.stdout)
     return d
+
+
+def test_seeds_summary_names_the_report_command_as_the_readme_gives_it(seeds):
+    """The last line of a seeds run points at `vevo report FOLDER` and where it writes (no --out needed)."""
+    last = (seeds / "run.out").read_text().strip().splitlines()[-1]
+    assert last.endswith(f"`vevo report {seeds / 'runs'}` (writes {seeds / 'runs' / 'report' / 'index.html'})")
 
 
 def test_1_export_and_runs_show_take_a_seeds_folder(seeds):

@@ -351,7 +351,7 @@ def cmd_run(args) -> int:
             run_dir, summary = start(cfg, progress=rep)
             rep.summary(f"run {run_dir}", **_flat_summary(summary))
             rep.close()
-            _print_summary(run_dir, summary)
+            _print_summary(run_dir, summary, BEST_LINES)
             return 0
         _seeds_summary(start_seeds(cfg, seeds, rep), rep, Path(cfg.out or "."))
     return 0
@@ -369,7 +369,7 @@ def cmd_resume(args) -> int:
             return 0
         summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
         rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
-    _print_summary(Path(args.run_dir), summary)
+    _print_summary(Path(args.run_dir), summary, BEST_LINES)
     return 0
 
 
@@ -384,7 +384,7 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     solved, done = [], []
     for seed, run_dir, summary in results:
         rep.summary(f"run {run_dir}", seed=seed, **_flat_summary(summary))
-        _print_summary(run_dir, summary)
+        _print_summary(run_dir, summary, BEST_LINES)
         solved.append(summary["solved"])
         done.append((seed, run_dir, summary))
     rep.close()
@@ -395,7 +395,12 @@ def _seeds_summary(results, rep, folder: Path) -> None:
           f"and `vevo report {folder}` (writes {folder / 'report' / 'index.html'})")
 
 
-def _print_summary(run_dir: Path, s: dict) -> None:
+BEST_LINES = 20  # per-problem best lines at the end of a run; `vevo runs show` lists every problem
+
+
+def _print_summary(run_dir: Path, s: dict, best_limit: int | None = None) -> None:
+    """A run's summary; best_limit caps the per-problem lines (the best ones first, then a line saying how many
+    more and where they are), so a run over 974 imported problems does not end in 974 lines."""
     skipped = s.get("skipped_problems") or []
     print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
           f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else "") +
@@ -405,9 +410,17 @@ def _print_summary(run_dir: Path, s: dict) -> None:
     for w in s.get("warnings") or []:
         print(f"  warning at iteration {w['iteration']}: {printable(w['text'], False)}")
     print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
-    for pid, b in sorted(s.get("best", {}).items()):
+    best = sorted(s.get("best", {}).items())
+    if best_limit is not None and len(best) > best_limit:
+        best = sorted(best, key=lambda kv: (not kv[1]["solved"], -kv[1]["scalar"]))  # stable: ids within a score
+        best, more = best[:best_limit], len(best) - best_limit
+    else:
+        more = 0
+    for pid, b in best:
         print(f"  best {printable(pid, False)}: {b['scalar']:.6g} (program {b['program_id']}, iteration "
               f"{b['iteration']}, {b['status']}{', solved' if b['solved'] else ''})")
+    if more:
+        print(f"  ... and {more} more problems (the {best_limit} best shown): `vevo runs show {run_dir}` lists all")
 
 
 def _open_run(run_dir: str):

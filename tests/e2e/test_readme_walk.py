@@ -35,3 +35,33 @@ def test_reach_note_for_a_large_imported_suite_stays_readable():
                            "arguments; p13: 3 arguments; 8 other reasons, 8 problems); it was pretrained on"), note
     assert len(reach_note(["tiny"], probs)) < 400
     assert "; 1 other reason, 1 problem)" in reach_note(["tiny"], probs[:6], reasons=1)
+
+
+def test_a_run_over_many_problems_ends_in_a_short_summary(tmp_path):
+    """`vevo run --problems-dir problems_mbpp` ended in one `best` line per problem (974); the end of a run shows
+    the 20 best (solved first) and says how many more and where; `vevo runs show` still lists every one."""
+    import json
+    import re
+    import shutil
+
+    from problems.scaffold import new_problem
+    from proposer.answers.parsing import format_answers
+    from tests.campaign_helpers import tail, vevo
+
+    first = new_problem("p00", "io", tmp_path / "probs")
+    for i in range(1, 22):
+        shutil.copytree(first, tmp_path / "probs" / f"p{i:02d}")
+        toml = tmp_path / "probs" / f"p{i:02d}" / "problem.toml"
+        toml.write_text(re.sub(r'(?m)^id = ".*"$', f'id = "p{i:02d}"', toml.read_text()))
+    shutil.copy(first / "reference.py", tmp_path / "probs" / "p17" / "seed.py")  # solved by its seed
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers(["def solve(xs):\n    return 1\n"]))})
+                                      + "\n")
+    run = tmp_path / "run"
+    out = vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
+               "--answers", "1", "--group", "1", "--iterations", "1", "--out", str(run), "--quiet").stdout
+    best = [ln for ln in out.splitlines() if ln.startswith("  best ")]
+    assert len(best) == 20 and best[0].startswith("  best p17: 1 (") and best[0].endswith(", solved)"), out
+    assert out.strip().splitlines()[-1] == f"  ... and 2 more problems (the 20 best shown): `vevo runs show {run}` " \
+                                           "lists all", out
+    shown = vevo("runs", "show", str(run)).stdout
+    assert len([ln for ln in shown.splitlines() if ln.startswith("  best ")]) == 22 and "more problems" not in shown

@@ -367,10 +367,39 @@ def cmd_resume(args) -> int:
             _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations, budget=budget), rep,
                            Path(args.run_dir))
             return 0
-        summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
-        rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
+        done = None if args.iterations is not None or budget else _finished(Path(args.run_dir))
+        if done is not None:  # nothing to continue: say so at once, without starting the proposer and sandbox
+            print(f"vevo: {args.run_dir} is already finished: {done}", file=sys.stderr)
+            summary = _run_summary(args.run_dir)
+        else:
+            summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
+            rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
     _print_summary(Path(args.run_dir), summary, BEST_LINES)
     return 0
+
+
+def _finished(run_dir: Path) -> str | None:
+    """Why a run folder is finished and how to take it further, in words; None when it is not (running,
+    crashed, stopped, never started) or not a run that `resume` reads (resume then says why)."""
+    from .archive import SCHEMA_VERSION, Archive, check_archive_file
+
+    if not (run_dir / "archive.db").is_file():
+        return None
+    check_archive_file(run_dir / "archive.db")  # not an archive: the one-line error resume gives
+    with Archive(run_dir / "archive.db", readonly=True) as a:
+        if a.version != SCHEMA_VERSION:  # an older vevo's: resume says it cannot continue it
+            return None
+    s = _run_summary(run_dir)
+    if s["status"] != "finished":
+        return None
+    why = s["stopped_by"]
+    if why == "solved":
+        return "every problem is solved; nothing to continue"
+    if why == "iterations":
+        return (f"its {s['budget']} iterations are spent; nothing to continue (`vevo resume {run_dir} --iterations N`"
+                " runs it on to iteration N)")
+    kind = str(why).removeprefix("budget.")
+    return f"its {kind} budget is spent; nothing to continue (`vevo resume {run_dir} --budget-{kind} N` raises it)"
 
 
 def _flat_summary(s: dict) -> dict:

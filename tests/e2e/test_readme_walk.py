@@ -65,3 +65,28 @@ def test_a_run_over_many_problems_ends_in_a_short_summary(tmp_path):
                                            "lists all", out
     shown = vevo("runs", "show", str(run)).stdout
     assert len([ln for ln in shown.splitlines() if ln.startswith("  best ")]) == 22 and "more problems" not in shown
+
+
+def test_resuming_a_finished_run_says_so_at_once(tmp_path):
+    """`vevo resume RUN` on a finished run started the proposer and sandbox, printed `done` and the summary; it
+    now says in one line that the run is finished, why, and how to take it further, and changes nothing."""
+    import json
+
+    from problems.scaffold import new_problem
+    from proposer.answers.parsing import format_answers
+    from tests.campaign_helpers import tail, vevo
+
+    new_problem("p", "io", tmp_path / "probs")
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers(["def solve(xs):\n    return 1\n"]))})
+                                      + "\n")
+    run = tmp_path / "run"
+    vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
+         "--answers", "1", "--group", "1", "--iterations", "2", "--out", str(run), "--quiet")
+    before = (run / "archive.db").read_bytes()
+    r = vevo("resume", str(run))
+    assert r.stderr.strip().splitlines() == [
+        f"vevo: {run} is already finished: its 2 iterations are spent; nothing to continue (`vevo resume {run} "
+        "--iterations N` runs it on to iteration N)"], r.stderr
+    assert r.stdout.startswith(f"run {run}: 2 iterations, ") and (run / "archive.db").read_bytes() == before
+    r = vevo("resume", str(run), "--iterations", "3", "--quiet")  # taken further: no such line, one more iteration
+    assert "already finished" not in r.stderr and r.stdout.startswith(f"run {run}: 3 iterations, "), r.stdout

@@ -235,6 +235,8 @@ def _write_imported(probs, out: Path, rep) -> None:
 
 
 def cmd_eval_program(args) -> int:
+    from evaluators.types import error_text
+
     from .config import MAX_EVAL_TIMEOUT
 
     if args.timeout is not None and not 0 < args.timeout <= MAX_EVAL_TIMEOUT:  # also refuses nan and inf
@@ -256,6 +258,8 @@ def cmd_eval_program(args) -> int:
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
+        if ev.artifacts.get("error_type"):  # an OpenEvolve evaluator's stage raised: its exception
+            print(f"error: {printable(error_text(ev.artifacts), newlines=False)}")
         print(f"sandbox: {iso.get('summary')}")
     return 0
 

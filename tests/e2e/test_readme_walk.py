@@ -90,3 +90,39 @@ def test_resuming_a_finished_run_says_so_at_once(tmp_path):
     assert r.stdout.startswith(f"run {run}: 2 iterations, ") and (run / "archive.db").read_bytes() == before
     r = vevo("resume", str(run), "--iterations", "3", "--quiet")  # taken further: no such line, one more iteration
     assert "already finished" not in r.stderr and r.stdout.startswith(f"run {run}: 3 iterations, "), r.stdout
+
+
+def test_an_openevolve_stage_that_raises_says_why(tmp_path):
+    """The tiny proposer on the OpenEvolve scaffold writes `def f(x)` and drops `make_list`: every candidate
+    crashed, and `eval-program`, the `warning:` line, `runs show --program` and the export said only `crash`; the
+    exception OpenEvolve records (error_type, error_message, failure_stage) is now the error line everywhere."""
+    import csv
+    import json
+
+    from evaluators.types import error_text
+    from proposer.answers.parsing import format_answers
+    from tests.campaign_helpers import tail, vevo
+
+    assert error_text({"failure_stage": "stage1", "error_type": "NameError", "error_message": "name 'g'"}) == \
+        "stage1: NameError: name 'g'"
+    assert error_text({"error_type": "KeyError", "error_message": ""}) == "KeyError"
+    vevo("problems", "new", "oe", "--kind", "openevolve", "--dir", str(tmp_path / "probs"))
+    broken = "def f(x):\n    return x\n"
+    (tmp_path / "prog.py").write_text((tmp_path / "probs" / "oe" / "initial_program.py").read_text()
+                                      .replace("def make_list():\n    return [0.5] * 5\n", broken))
+    why = "stage1: NameError: name 'make_list' is not defined"
+    out = vevo("eval-program", str(tmp_path / "probs" / "oe"), str(tmp_path / "prog.py")).stdout
+    assert f"error: {why}\n" in out and out.startswith("oe: crash "), out
+    lines = [tail(format_answers([f"def f(x):\n    return x + {4 * i + j}\n" for j in range(4)])) for i in range(6)]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in lines))  # 24 programs
+    run = tmp_path / "run"
+    r = vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
+             "--answers", "4", "--group", "1", "--iterations", "6", "--out", str(run), "--quiet")
+    assert any(ln.startswith("warning: ") and ln.endswith("failed the same way: NameError: name 'make_list' is "
+                                                          "not defined (crash, e.g. at stage1)")
+               for ln in r.stderr.splitlines()), r.stderr
+    assert f"error: {why}\n" in vevo("runs", "show", str(run), "--program", "2").stdout
+    vevo("export", str(run), "--out", str(tmp_path / "e.csv"))
+    with open(tmp_path / "e.csv", newline="", encoding="utf-8") as f:
+        crashed = [row for row in csv.DictReader(f) if row["status"] == "crash"]
+    assert crashed and {row["error"] for row in crashed} == {why}

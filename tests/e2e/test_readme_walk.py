@@ -126,3 +126,11 @@ def test_an_openevolve_stage_that_raises_says_why(tmp_path):
     with open(tmp_path / "e.csv", newline="", encoding="utf-8") as f:
         crashed = [row for row in csv.DictReader(f) if row["status"] == "crash"]
     assert crashed and {row["error"] for row in crashed} == {why}
+
+
+def test_make_clean_keeps_the_campaigns():
+    """`make clean` removed runs/, where the README's `vevo run ... --out runs/mine` writes: a newcomer cleaning
+    build litter lost every campaign without a word. It removes caches only and says runs/ is kept."""
+    r = subprocess.run(["make", "-n", "clean"], cwd=str(ROOT), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "rm -rf .pytest_cache" in r.stdout and "runs" not in r.stdout.replace("runs/ (your campaigns) is kept", "")

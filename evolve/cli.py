@@ -254,7 +254,7 @@ def cmd_eval_program(args) -> int:
         print(json.dumps(machine(ev.to_dict())))
     else:
         print(f"{printable(p.id, False)}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
-        print("vector: " + " ".join(f"{v:.2f}" for v in ev.vector))
+        print("vector: " + " ".join(f"{v + 0.0:.2f}" for v in ev.vector))  # + 0.0: no -0.00
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")

@@ -121,11 +121,13 @@ def test_an_openevolve_stage_that_raises_says_why(tmp_path):
     assert any(ln.startswith("warning: ") and ln.endswith("failed the same way: NameError: name 'make_list' is "
                                                           "not defined (crash, e.g. at stage1)")
                for ln in r.stderr.splitlines()), r.stderr
-    assert f"error: {why}\n" in vevo("runs", "show", str(run), "--program", "2").stdout
+    shown = vevo("runs", "show", str(run), "--program", "2").stdout
+    assert f"error: {why}\n" in shown and "\nvector: 0.00 0.00\n" in shown, shown  # not -0.00 (error, negated)
     vevo("export", str(run), "--out", str(tmp_path / "e.csv"))
     with open(tmp_path / "e.csv", newline="", encoding="utf-8") as f:
         crashed = [row for row in csv.DictReader(f) if row["status"] == "crash"]
-    assert crashed and {row["error"] for row in crashed} == {why}
+    assert crashed and {row["error"] for row in crashed} == {why} and {row["vector"] for row in crashed} == \
+        {"[0.0, 0.0]"}
 
 
 def test_make_clean_keeps_the_campaigns():

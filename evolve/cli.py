@@ -435,7 +435,7 @@ def _print_summary(run_dir: Path, s: dict, best_limit: int | None = None) -> Non
     """A run's summary; best_limit caps the per-problem lines (the best ones first, then a line saying how many
     more and where they are), so a run over 974 imported problems does not end in 974 lines."""
     skipped = s.get("skipped_problems") or []
-    print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
+    print(f"run {run_dir}: {_count(s['iterations'], 'iteration')}, {_count(s['evaluations'], 'evaluation')}, "
           f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else "") +
           (f"; stopped by {s['stopped_by']}" if str(s.get("stopped_by")).startswith("budget.") else ""))
     for line in skipped:

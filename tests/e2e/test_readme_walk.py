@@ -59,6 +59,7 @@ def test_a_run_over_many_problems_ends_in_a_short_summary(tmp_path):
     run = tmp_path / "run"
     out = vevo("run", "--problems-dir", str(tmp_path / "probs"), "--proposer", f"replay:{tmp_path / 'r.jsonl'}",
                "--answers", "1", "--group", "1", "--iterations", "1", "--out", str(run), "--quiet").stdout
+    assert out.startswith(f"run {run}: 1 iteration, ")  # not "1 iterations"
     best = [ln for ln in out.splitlines() if ln.startswith("  best ")]
     assert len(best) == 20 and best[0].startswith("  best p17: 1 (") and best[0].endswith(", solved)"), out
     assert out.strip().splitlines()[-1] == f"  ... and 2 more problems (the 20 best shown): `vevo runs show {run}` " \

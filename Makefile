@@ -45,5 +45,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/eval_throughput.py
 
+# build litter only: runs/ holds your campaigns (the README's --out runs/mine) and is never removed by make
 clean:
-	rm -rf runs .pytest_cache
+	rm -rf .pytest_cache
+	@echo "make clean: removed .pytest_cache; runs/ (your campaigns) is kept"

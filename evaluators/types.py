@@ -41,9 +41,13 @@ class Evaluation:
 
 def error_text(artifacts: dict[str, Any]) -> str:
     """One line saying why a program failed: its load, syntax or format error, else the first failing test's
-    message, else how its process ended ("" when nothing was reported)."""
-    for key in ("error", "first_error", "exit"):
+    message, else the exception an OpenEvolve evaluator's stage raised (``stage1: NameError: ...``, from the
+    artifacts OpenEvolve itself records), else how its process ended ("" when nothing was reported)."""
+    for key in ("error", "first_error", "error_type", "exit"):
         text = artifacts.get(key)
+        if key == "error_type" and text:
+            stage = artifacts.get("failure_stage")
+            text = f"{stage + ': ' if stage else ''}{text}: {artifacts.get('error_message') or ''}".rstrip(": ")
         if text:
             return " ".join(str(text).split())
     return ""

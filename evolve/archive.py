@@ -697,6 +697,7 @@ class Archive:
             rows = self._query(
                 "SELECT id, problem, island, iteration, scalar, solved, status, "
                 "CASE WHEN instr(artifacts, '\"error\"') OR instr(artifacts, '\"first_error\"') "
+                "OR instr(artifacts, '\"error_type\"') "
                 "OR instr(artifacts, '\"exit\"') THEN artifacts END, COALESCE(ast_hash, json_extract(artifacts, '$.ast_hash')), "
                 "CASE WHEN COALESCE(ast_hash, json_extract(artifacts, '$.ast_hash'), '') = '' THEN code END "
                 "FROM programs WHERE id > ? AND iteration <= ? ORDER BY id LIMIT ?", (last, through, page))

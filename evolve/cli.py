@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def result_text(name: str, ev: dict) -> str:
 
 def cmd_problems_check(args) -> int:
     from problems.model import ProblemError
-    from problems.registry import load_tree
+    from problems.registry import load_tree, refuse_builtin_ids
 
     errors: list[ProblemError] = []
     from problems.suites import SUITES
@@ -126,6 +127,7 @@ def cmd_problems_check(args) -> int:
     target = Path(args.target)
     if target.exists():
         probs = load_tree(target, errors)
+        refuse_builtin_ids(probs)  # `run` would refuse a folder that has a built-in problem's id
     elif args.target in SUITES:  # a built-in suite by name: every problem of it
         probs = SUITES[args.target]()
     else:
@@ -233,6 +235,8 @@ def _write_imported(probs, out: Path, rep) -> None:
 
 
 def cmd_eval_program(args) -> int:
+    from evaluators.types import error_text
+
     from .config import MAX_EVAL_TIMEOUT
 
     if args.timeout is not None and not 0 < args.timeout <= MAX_EVAL_TIMEOUT:  # also refuses nan and inf
@@ -250,10 +254,12 @@ def cmd_eval_program(args) -> int:
         print(json.dumps(machine(ev.to_dict())))
     else:
         print(f"{printable(p.id, False)}: {ev.status}  scalar {ev.scalar:.4f}  solved {ev.solved}")
-        print("vector: " + " ".join(f"{v:.2f}" for v in ev.vector))
+        print("vector: " + " ".join(f"{v + 0.0:.2f}" for v in ev.vector))  # + 0.0: no -0.00
         for k in ("first_error", "error", "exit"):
             if ev.artifacts.get(k):
                 print(f"{k}: {printable(ev.artifacts[k], newlines=False)}")
+        if ev.artifacts.get("error_type"):  # an OpenEvolve evaluator's stage raised: its exception
+            print(f"error: {printable(error_text(ev.artifacts), newlines=False)}")
         print(f"sandbox: {iso.get('summary')}")
     return 0
 
@@ -349,7 +355,7 @@ def cmd_run(args) -> int:
             run_dir, summary = start(cfg, progress=rep)
             rep.summary(f"run {run_dir}", **_flat_summary(summary))
             rep.close()
-            _print_summary(run_dir, summary)
+            _print_summary(run_dir, summary, BEST_LINES)
             return 0
         _seeds_summary(start_seeds(cfg, seeds, rep), rep, Path(cfg.out or "."))
     return 0
@@ -365,10 +371,39 @@ def cmd_resume(args) -> int:
             _seeds_summary(resume_seeds(args.run_dir, rep, iterations=args.iterations, budget=budget), rep,
                            Path(args.run_dir))
             return 0
-        summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
-        rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
-    _print_summary(Path(args.run_dir), summary)
+        done = None if args.iterations is not None or budget else _finished(Path(args.run_dir))
+        if done is not None:  # nothing to continue: say so at once, without starting the proposer and sandbox
+            print(f"vevo: {args.run_dir} is already finished: {done}", file=sys.stderr)
+            summary = _run_summary(args.run_dir)
+        else:
+            summary = resume(args.run_dir, progress=rep, iterations=args.iterations, budget=budget)
+            rep.summary(f"run {args.run_dir}", **_flat_summary(summary))
+    _print_summary(Path(args.run_dir), summary, BEST_LINES)
     return 0
+
+
+def _finished(run_dir: Path) -> str | None:
+    """Why a run folder is finished and how to take it further, in words; None when it is not (running,
+    crashed, stopped, never started) or not a run that `resume` reads (resume then says why)."""
+    from .archive import SCHEMA_VERSION, Archive, check_archive_file
+
+    if not (run_dir / "archive.db").is_file():
+        return None
+    check_archive_file(run_dir / "archive.db")  # not an archive: the one-line error resume gives
+    with Archive(run_dir / "archive.db", readonly=True) as a:
+        if a.version != SCHEMA_VERSION:  # an older vevo's: resume says it cannot continue it
+            return None
+    s = _run_summary(run_dir)
+    if s["status"] != "finished":
+        return None
+    why = s["stopped_by"]
+    if why == "solved":
+        return "every problem is solved; nothing to continue"
+    if why == "iterations":
+        return (f"its {s['budget']} iterations are spent; nothing to continue (`vevo resume {run_dir} --iterations N`"
+                " runs it on to iteration N)")
+    kind = str(why).removeprefix("budget.")
+    return f"its {kind} budget is spent; nothing to continue (`vevo resume {run_dir} --budget-{kind} N` raises it)"
 
 
 def _flat_summary(s: dict) -> dict:
@@ -382,7 +417,7 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     solved, done = [], []
     for seed, run_dir, summary in results:
         rep.summary(f"run {run_dir}", seed=seed, **_flat_summary(summary))
-        _print_summary(run_dir, summary)
+        _print_summary(run_dir, summary, BEST_LINES)
         solved.append(summary["solved"])
         done.append((seed, run_dir, summary))
     rep.close()
@@ -390,12 +425,17 @@ def _seeds_summary(results, rep, folder: Path) -> None:
     stops = sorted({str(summary.get("stopped_by")) for _, _, summary in done})
     print(f"{len(solved)} seeds in {folder}: solved {mean:.3g} ± {half:.3g} (mean, 95% CI half-width) of "
           f"{summary['problems']} problems; stopped by {', '.join(stops)}; compare with `vevo curves {folder}` "
-          f"and `vevo report {folder} --out R`")
+          f"and `vevo report {folder}` (writes {folder / 'report' / 'index.html'})")
 
 
-def _print_summary(run_dir: Path, s: dict) -> None:
+BEST_LINES = 20  # per-problem best lines at the end of a run; `vevo runs show` lists every problem
+
+
+def _print_summary(run_dir: Path, s: dict, best_limit: int | None = None) -> None:
+    """A run's summary; best_limit caps the per-problem lines (the best ones first, then a line saying how many
+    more and where they are), so a run over 974 imported problems does not end in 974 lines."""
     skipped = s.get("skipped_problems") or []
-    print(f"run {run_dir}: {s['iterations']} iterations, {s['evaluations']} evaluations, "
+    print(f"run {run_dir}: {_count(s['iterations'], 'iteration')}, {_count(s['evaluations'], 'evaluation')}, "
           f"solved {s['solved']}/{s['problems']} problems" + (f" ({len(skipped)} skipped)" if skipped else "") +
           (f"; stopped by {s['stopped_by']}" if str(s.get("stopped_by")).startswith("budget.") else ""))
     for line in skipped:
@@ -403,9 +443,17 @@ def _print_summary(run_dir: Path, s: dict) -> None:
     for w in s.get("warnings") or []:
         print(f"  warning at iteration {w['iteration']}: {printable(w['text'], False)}")
     print("statuses: " + ", ".join(f"{printable(k, False)} {v}" for k, v in sorted(s["status_counts"].items())))
-    for pid, b in sorted(s.get("best", {}).items()):
+    best = sorted(s.get("best", {}).items())
+    if best_limit is not None and len(best) > best_limit:
+        best = sorted(best, key=lambda kv: (not kv[1]["solved"], -kv[1]["scalar"]))  # stable: ids within a score
+        best, more = best[:best_limit], len(best) - best_limit
+    else:
+        more = 0
+    for pid, b in best:
         print(f"  best {printable(pid, False)}: {b['scalar']:.6g} (program {b['program_id']}, iteration "
               f"{b['iteration']}, {b['status']}{', solved' if b['solved'] else ''})")
+    if more:
+        print(f"  ... and {more} more problems (the {best_limit} best shown): `vevo runs show {run_dir}` lists all")
 
 
 def _open_run(run_dir: str):
@@ -1177,6 +1225,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except VevoError as e:  # every layer's user-facing error: one line; anything else is a bug and shows itself
         return _fail(e)
+    except BrokenPipeError:  # the reader went away (`vevo defaults | head`): stop quietly, as `seq 9 | head -1` does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush cannot fail again
+        return 128 + signal.SIGPIPE
     except OSError as e:  # the environment's fault (unwritable dir, disk full): name the file, no traceback
         return _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
     except KeyboardInterrupt:

@@ -37,7 +37,7 @@ def program_view(archive: Archive, program_id: int) -> dict[str, Any] | None:
 
 def render(view: dict[str, Any]) -> str:
     """The text form: a header, the code, then the diff against the parent."""
-    vec = " ".join(f"{v:.2f}" for v in view["vector"])
+    vec = " ".join(f"{v + 0.0:.2f}" for v in view["vector"])  # + 0.0: -0.0 (a negated metric of 0) reads 0.00
     head = [f"program {view['id']} of {view['problem']} (iteration {view['iteration']}, island {view['island']}, "
             f"policy version {view['policy_version']})",
             f"status: {view['status']}  scalar {view['scalar']:.6g}" + ("  solved" if view["solved"] else ""),

@@ -93,7 +93,8 @@ def load_tree(root: str | Path, errors: list[ProblemError] | None = None,
 
 
 class DuplicateProblem(ProblemError):
-    """Two problem folders with one id: neither may be dropped silently, so loading stops and names both."""
+    """Two problems with one id (two folders, or a folder and a built-in problem): neither may be dropped or
+    shadowed silently, so loading stops and names both."""
 
     def __init__(self, pid: str, first: object, second: object):
         super().__init__(second, "id", f"{pid!r} is also the id of {first}; ids must be unique (rename one)")
@@ -104,11 +105,34 @@ def _folder(p: Problem) -> Path | None:
     return p.source.resolve() if isinstance(p.source, Path) else None
 
 
+def _origin(p: Problem) -> str:
+    """Where a problem came from, for an error naming it: its folder, or the built-in suite it belongs to."""
+    from .suites import SUITES
+
+    if _folder(p) is not None:
+        return str(p.source)
+    kind = "built-in problem" if p.suite in SUITES else "problem"
+    return f"{kind} {p.id} (suite {p.suite})" if p.suite else f"{kind} {p.id}"
+
+
+def builtin_prefixes() -> tuple[str, ...]:
+    """The id namespaces of the built-in suites (``pbe/``, ``sr/``): the first part of each suite's name. Only a
+    folder id in one of them can clash with a built-in problem that is generated on demand."""
+    from .suites import SUITES
+
+    return tuple(sorted({name.split("-")[0] + "/" for name in SUITES}))
+
+
 def check_unique(seen: dict[str, Problem], p: Problem) -> None:
-    """Raise DuplicateProblem when p's id already belongs to a problem read from another folder."""
+    """Raise DuplicateProblem when p's id already belongs to a problem from elsewhere: another folder, or a
+    built-in problem when p is read from a folder (and the reverse). A built-in suite adding a problem that an
+    overlapping suite already added (pbe and pbe-train) is the same problem, not a clash."""
     other = seen.get(p.id)
-    if other is not None and _folder(p) is not None and _folder(other) is not None and _folder(p) != _folder(other):
-        raise DuplicateProblem(p.id, other.source, p.source)
+    if other is None:
+        return
+    mine, theirs = _folder(p), _folder(other)
+    if (mine is None) != (theirs is None) or (mine is not None and mine != theirs):
+        raise DuplicateProblem(p.id, _origin(other), _origin(p))
 
 
 @dataclass
@@ -119,7 +143,11 @@ class Registry:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     def add(self, p: Problem) -> None:
-        """First source wins (built-ins, then folders, then plugins); two folders with one id are an error."""
+        """First source wins (built-ins, then folders, then plugins); two folders with one id, or a folder with a
+        built-in problem's id, are an error. A folder id in a built-in namespace (``pbe/...``) generates the
+        on-demand suites first, so it cannot shadow one of them unnoticed."""
+        if not self.builtins_loaded and _folder(p) is not None and p.id.startswith(builtin_prefixes()):
+            self.load_builtins()
         check_unique(self.problems, p)
         self.problems.setdefault(p.id, p)
 
@@ -196,14 +224,27 @@ def plugin_sources() -> list[tuple[str, Callable]]:
     return [(ep.name, ep.load) for ep in eps]
 
 
+def builtin_registry() -> Registry:
+    """A registry of the default built-in suites only (the others are generated on demand)."""
+    from .suites import builtin_problems
+
+    reg = Registry()
+    for p in builtin_problems():
+        reg.add(p)
+    return reg
+
+
+def refuse_builtin_ids(problems: Iterable[Problem]) -> None:
+    """Raise DuplicateProblem for the first folder problem whose id is a built-in problem's, which a registry
+    would refuse: `problems check` says so rather than pass a folder that `run` will not take."""
+    reg = builtin_registry()
+    for p in problems:
+        reg.add(p)
+
+
 def discover(problems_dirs: Iterable[str | Path] = (), builtin: bool = True, plugins: bool = True) -> Registry:
     problems_dirs = list(problems_dirs)
-    reg = Registry(builtins_loaded=not builtin)
-    if builtin:
-        from .suites import builtin_problems
-
-        for p in builtin_problems():
-            reg.add(p)
+    reg = builtin_registry() if builtin else Registry(builtins_loaded=True)
     env = os.environ.get("VEVO_PROBLEMS_PATH", "")
     dirs = list(problems_dirs) + [d for d in env.split(os.pathsep) if d]
     for d in dirs:

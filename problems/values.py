@@ -245,10 +245,11 @@ def cmath_close(a: complex, b: complex, rel_tol: float, abs_tol: float) -> bool:
 def machine(value: Any, digits: int = 12) -> Any:
     """A JSON-able structure with every finite float rounded to `digits` significant digits, for what vevo
     writes for machines (`check --json`, `eval-program --json`, `vevo export`): 0.1 + 0.2 is written 0.3, not
-    0.30000000000000004; the archive keeps the exact values."""
+    0.30000000000000004, and -0.0 (an OpenEvolve "lower is better" metric of 0, negated) is written 0.0; the
+    archive keeps the exact values."""
     t = type(value)
     if t is float:
-        return float(f"{value:.{digits}g}") if math.isfinite(value) else value
+        return float(f"{value:.{digits}g}") + 0.0 if math.isfinite(value) else value
     if t is list or t is tuple:
         return [machine(v, digits) for v in value]
     if t is dict:

@@ -54,9 +54,10 @@ def out_of_reach(problem: Problem) -> str | None:
     return ", ".join(parts) or None
 
 
-def reach_note(specs: Iterable[str], problems: Iterable[Problem], limit: int = 2) -> str | None:
+def reach_note(specs: Iterable[str], problems: Iterable[Problem], limit: int = 2, reasons: int = 4) -> str | None:
     """One line for a campaign whose proposers are ``specs``: when one is the tiny proposer, how many of the
-    problems are out of its reach and why (``limit`` ids named per reason); None when none is, or no tiny."""
+    problems are out of its reach and why (``limit`` ids named per reason, the ``reasons`` commonest reasons, so
+    an imported suite of 974 problems gets a line one can read); None when none is, or no tiny."""
     if not any(s in TINY_SPECS for s in specs):
         return None
     problems = list(problems)
@@ -68,8 +69,13 @@ def reach_note(specs: Iterable[str], problems: Iterable[Problem], limit: int = 2
     if not by_reason:
         return None
     n = sum(len(ids) for ids in by_reason.values())
+    common = sorted(by_reason.items(), key=lambda kv: -len(kv[1]))  # stable: ties keep first-seen order
     named = "; ".join(", ".join(ids[:limit]) + (f" +{len(ids) - limit} more" if len(ids) > limit else "") + f": {why}"
-                      for why, ids in by_reason.items())
+                      for why, ids in common[:reasons])
+    if len(common) > reasons:
+        rest = common[reasons:]
+        k, m = len(rest), sum(len(ids) for _, ids in rest)
+        named += f"; {k} other reason{'s' * (k > 1)}, {m} problem{'s' * (m > 1)}"
     return (f"{n} of {len(problems)} problems are out of the bundled tiny proposer's reach ({named}); it was "
             f"pretrained on {PRETRAINED_ON} only (proposer/tiny/corpus.py): expect no progress there, or use a "
             "larger proposer (hf:, vllm:, openai:)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,9 +28,16 @@ def seeds(tmp_path_factory):
     d = tmp_path_factory.mktemp("fh2")
     vevo("problems", "new", "mine", "--kind", "io", "--dir", str(d / "probs"))
     (d / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([DIVIDES, CLOSE, SQUARES]))}) + "\n")
-    vevo("run", "--problems-dir", str(d / "probs"), "--proposer", f"replay:{d / 'r.jsonl'}", "--answers", "3",
-         "--group", "1", "--iterations", "2", "--seeds", "0-1", "--out", str(d / "runs"), "--quiet")
+    r = vevo("run", "--problems-dir", str(d / "probs"), "--proposer", f"replay:{d / 'r.jsonl'}", "--answers", "3",
+             "--group", "1", "--iterations", "2", "--seeds", "0-1", "--out", str(d / "runs"), "--quiet")
+    (d / "run.out").write_text(r.stdout)
     return d
+
+
+def test_seeds_summary_names_the_report_command_as_the_readme_gives_it(seeds):
+    """The last line of a seeds run points at `vevo report FOLDER` and where it writes (no --out needed)."""
+    last = (seeds / "run.out").read_text().strip().splitlines()[-1]
+    assert last.endswith(f"`vevo report {seeds / 'runs'}` (writes {seeds / 'runs' / 'report' / 'index.html'})")
 
 
 def test_1_export_and_runs_show_take_a_seeds_folder(seeds):
@@ -112,6 +120,52 @@ def test_2_duplicate_problem_ids_fail_naming_both_folders(tmp_path):
     assert not (tmp_path / "run" / "archive.db").exists()
     toml.write_text(toml.read_text().replace('id = "a"', 'id = "b"'))  # renamed: both load
     assert "2 problems checked" in vevo("problems", "check", str(probs)).stdout
+
+
+def test_2_a_folder_with_a_built_in_id_fails_naming_both(tmp_path):
+    """A folder whose id is a built-in problem's (a default suite's, or one generated on demand) is refused by
+    `problems check` and `run` with one line naming the folder and the built-in; it no longer runs the built-in."""
+    probs = tmp_path / "probs"
+    vevo("problems", "new", "a", "--kind", "io", "--dir", str(probs))
+    toml = probs / "a" / "problem.toml"
+    (tmp_path / "r.jsonl").write_text(json.dumps({"text": tail(format_answers([SQUARES]))}) + "\n")
+    for pid, suite in (("pbe/int-0", "pbe"), ("pbe/hard-int-0", "pbe-hard")):
+        toml.write_text(re.sub(r'(?m)^id = ".*"$', f'id = "{pid}"', toml.read_text()))
+        want = f"{probs / 'a'}: id: '{pid}' is also the id of built-in problem {pid} (suite {suite}); ids must be"
+        r = vevo("problems", "check", str(probs), check=False)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"vevo: error: {want} unique (rename one)"]
+        assert "checked" not in r.stdout, r.stdout
+        r = vevo("run", "--problems-dir", str(probs), "--proposer", f"replay:{tmp_path / 'r.jsonl'}", "--answers",
+                 "1", "--group", "1", "--iterations", "1", "--out", str(tmp_path / "run"), "--quiet", check=False)
+        assert r.returncode == 2 and r.stderr.strip().splitlines() == [f"vevo: error: {want} unique (rename one)"]
+        assert not (tmp_path / "run" / "archive.db").exists()
+    toml.write_text(re.sub(r'(?m)^id = ".*"$', 'id = "pbe/mine"', toml.read_text()))  # a new id: it loads
+    assert "1 problem checked" in vevo("problems", "check", str(probs)).stdout
+
+
+def test_2_built_in_ids_are_in_the_built_in_namespaces(tmp_path):
+    """A folder id outside builtin_prefixes() is never checked against the on-demand suites: every built-in id
+    must be inside them; a built-in added after a folder with its id fails too, and overlapping suites do not."""
+    from problems.registry import DuplicateProblem, Registry, builtin_prefixes, load_folder
+    from problems.scaffold import new_problem
+    from problems.suites import SUITES
+
+    assert builtin_prefixes() == ("pbe/", "sr/")
+    for make in SUITES.values():
+        assert all(p.id.startswith(builtin_prefixes()) for p in make())
+    reg = Registry()
+    builtin = SUITES["pbe"]()[0]
+    reg.add(builtin)
+    reg.add(SUITES["pbe-train"]()[0])  # the same problem from an overlapping suite: not a clash
+    assert reg.problems[builtin.id] is builtin
+    folder = new_problem("a", "io", tmp_path)
+    toml = folder / "problem.toml"
+    toml.write_text(re.sub(r'(?m)^id = ".*"$', 'id = "pbe/hard-int-0"', toml.read_text()))
+    reg = Registry(builtins_loaded=True)  # the folder first, the on-demand suites after it
+    reg.add(load_folder(folder))
+    with pytest.raises(DuplicateProblem, match=r"built-in problem pbe/hard-int-0 \(suite pbe-hard\): id: "
+                                               r"'pbe/hard-int-0' is also the id of " + re.escape(str(folder))):
+        reg.load_builtins()
 
 
 def test_3_problems_check_text_says_why_a_seed_fails_and_prints_the_vector(tmp_path):

@@ -158,7 +158,8 @@ def test_restore_rows_decode_what_the_full_rows_give(tmp_path):
     arts = [{"ast_hash": "ab" * 32}, {"ast_hash": "cd" * 32, "first_error": "  wrong\n answer "},
             {"a": {"ast_hash": "nested"}, "ast_hash": "ef" * 32, "exit": "signal 9"},
             {"a": {"ast_hash": "nested"}}, {}, {"ast_hash": "", "error": "SyntaxError: x"},
-            {"stderr": 'say "error": no', "ast_hash": "01" * 32}, {"exit": 0, "ast_hash": "23" * 32}]
+            {"stderr": 'say "error": no', "ast_hash": "01" * 32}, {"exit": 0, "ast_hash": "23" * 32},
+            {"ast_hash": "45" * 32, "failure_stage": "stage2", "error_type": "ValueError", "error_message": "bad"}]
     with Archive(tmp_path / "a.db") as a:
         a.record_iteration(0, [], [ProgramRecord(problem="p", island=-1, code=f"def f(x):\n    return {i}\n",
                                                  evaluation=Evaluation([0.5], 0.5, False, "wrong", art))

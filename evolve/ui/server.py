@@ -87,7 +87,8 @@ class App:
         self._info_lock = threading.Lock()
         self.stopping = threading.Event()
         # titles and test labels come from the problem registry (building a suite takes a moment): start now
-        threading.Thread(target=self.info, args=("",), daemon=True).start()
+        self._warm = threading.Thread(target=self.info, args=("",), daemon=True)
+        self._warm.start()
 
     def info(self, pid: str) -> ProblemInfo:
         """Titles and test labels from the registry the runs were configured with, read once."""
@@ -100,6 +101,7 @@ class App:
         return {name: s.version() for name, s in self.stores.items()}
 
     def close(self) -> None:
+        self._warm.join()  # it reads the runs' metadata: closing them under it crashed the interpreter
         for s in self.stores.values():
             s.close()
 
@@ -325,12 +327,16 @@ class Server:
                  render_seconds: float = budget.RENDER_SECONDS):
         if token is None and not is_loopback_host(host):
             token = secrets.token_urlsafe(24)
-        self.app = App(runs, token, max_bytes, render_seconds)
-        try:
-            self.httpd = ThreadingHTTPServer((host, port), make_handler(self.app))
+        try:  # the port first: a refused one opens no run (and starts no thread reading them)
+            self.httpd = ThreadingHTTPServer((host, port), BaseHTTPRequestHandler)
         except OSError as e:
-            self.app.close()
             raise UIError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+        try:
+            self.app = App(runs, token, max_bytes, render_seconds)
+        except BaseException:
+            self.httpd.server_close()
+            raise
+        self.httpd.RequestHandlerClass = make_handler(self.app)
         self.httpd.daemon_threads = True
         h, p = self.httpd.server_address[:2]
         shown = f"[{h}]" if ":" in str(h) else h

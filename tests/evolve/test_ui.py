@@ -467,6 +467,19 @@ def test_bad_runs_are_one_line_errors(tmp_path):
         assert r.stderr.startswith("vevo: error: ")
 
 
+def test_a_port_in_use_is_a_one_line_error_that_opens_no_run(finished):
+    """The port is bound before any run is opened: a refused port used to leave a thread reading the runs while
+    they were closed, which crashed the interpreter now and then (seen as an ordinary user)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = str(taken.getsockname()[1])
+        for _ in range(3):
+            r = vevo("ui", str(finished["run"]), "--port", port, check=False, timeout=60)
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+            assert r.stderr.startswith("vevo: error: cannot listen on 127.0.0.1:" + port)
+
+
 # ---------------------------------------------------------------------------------------------- pure parts
 
 def test_escape_makes_controls_visible():

@@ -47,7 +47,7 @@ def error_text(artifacts: dict[str, Any]) -> str:
         text = artifacts.get(key)
         if key == "error_type" and text:
             stage = artifacts.get("failure_stage")
-            text = f"{stage + ': ' if stage else ''}{text}: {artifacts.get('error_message') or ''}".rstrip(": ")
+            text = f"{str(stage) + ': ' if stage else ''}{text}: {artifacts.get('error_message') or ''}".rstrip(": ")
         if text:
             return " ".join(str(text).split())
     return ""

@@ -107,6 +107,7 @@ def test_an_openevolve_stage_that_raises_says_why(tmp_path):
     assert error_text({"failure_stage": "stage1", "error_type": "NameError", "error_message": "name 'g'"}) == \
         "stage1: NameError: name 'g'"
     assert error_text({"error_type": "KeyError", "error_message": ""}) == "KeyError"
+    assert error_text({"failure_stage": 2, "error_type": "E", "error_message": ["x"]}) == "2: E: ['x']"  # decoded, not trusted
     vevo("problems", "new", "oe", "--kind", "openevolve", "--dir", str(tmp_path / "probs"))
     broken = "def f(x):\n    return x\n"
     (tmp_path / "prog.py").write_text((tmp_path / "probs" / "oe" / "initial_program.py").read_text()

@@ -50,11 +50,11 @@ SCHEDULE = ["--train-every", "10", "--train-batch", "8", "--train-group", "2", "
 def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None) -> None:
     """One campaign of ``SUITE`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
     run is read, not rerun; an unfinished or killed one (or one with a raised budget) is resumed."""
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
 
     from evolve.liveness import NAME as RUNNING
 
-    db = run_dir / "archive.db"
+    db = archive_path(run_dir)
     if db.is_file():
         with Archive(db, readonly=True) as a:
             ms = a.metrics_rows()
@@ -80,12 +80,12 @@ def _area(xs: np.ndarray, ys: np.ndarray, horizon: float, step: float) -> tuple[
 
 
 def measure(run_dir: Path, iterations: int) -> dict:
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
     from evolve.compute import account, wall_clock
     from evolve.curves import run_curves
     from evolve.probe import learning
 
-    db = run_dir / "archive.db"
+    db = archive_path(run_dir)
     xs, solved, best = run_curves(db, "iterations")
     from evolve.campaign import summarize
     from evolve.runner import seed_result

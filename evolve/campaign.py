@@ -52,7 +52,7 @@ from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
 from proposer.tiny.reach import reach_note
 
 from . import budget, health
-from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
+from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord, archive_path
 from .config import CampaignConfig
 from .hooks import TrainerHook
 from .islands import Member
@@ -151,7 +151,7 @@ class Campaign:
         self.problems = {p.id: p for p in problems}
         self.order = [p.id for p in problems]
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
-        self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
+        self.archive = Archive(archive_path(self.run_dir), durable=cfg.archive_sync == "full")
         self.reporter = as_reporter(progress)  # the caller's: it outlives the campaign (seeds, summary)
         self.population = Population(self.order, cfg.search, cfg.seed, archive=self.archive)
         # a proposer out of its problems' reach (the tiny one on strings, floats): said at the start and by a stall

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from problems.errors import VevoError
 
 from .. import liveness
-from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
+from ..archive import ARCHIVE_NAME, Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow, archive_path
 from ..compute import account
 from ..config_legacy import upgrade
 from ..curves import CurveFold
@@ -41,9 +41,9 @@ def runs_under(root: str | Path) -> list[tuple[str, Path]]:
     base = Path(root)
     if not base.is_dir():
         raise UIError(f"--root {root}: not a folder")
-    found = sorted({p.parent for pattern in ("*/archive.db", "*/*/archive.db") for p in base.glob(pattern)})
+    found = sorted({p.parent for pattern in (f"*/{ARCHIVE_NAME}", f"*/*/{ARCHIVE_NAME}") for p in base.glob(pattern)})
     if not found:
-        raise UIError(f"--root {root}: no run folders (with an archive.db) in it or one level down")
+        raise UIError(f"--root {root}: no run folders (with an {ARCHIVE_NAME}) in it or one level down")
     return [(p.relative_to(base).as_posix(), p) for p in found]
 
 
@@ -67,9 +67,9 @@ class RunStore:
     def __init__(self, name: str, run_dir: str | Path):
         self.name = name
         self.dir = Path(run_dir).resolve()
-        self.db = self.dir / "archive.db"
+        self.db = archive_path(self.dir)
         if not self.db.is_file():
-            raise UIError(f"{run_dir}: not a run directory (no archive.db)")
+            raise UIError(f"{run_dir}: not a run directory (no {ARCHIVE_NAME})")
         try:
             self.archive = Archive(self.db, readonly=True)  # its row decoders; opened mode=ro / query_only
         except (ArchiveError, FileNotFoundError) as e:

@@ -44,7 +44,7 @@ from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.model import Problem
-from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, SamplingParams, has
+from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, SamplingParams, has, optional
 from proposer.answers import naming
 from proposer.answers import feedback, scoring
 from proposer.answers.mutate import normalized_hash
@@ -144,8 +144,8 @@ class Campaign:
         self.portfolio = Portfolio([a for a, _ in members], cfg.portfolio, cfg.seed, cfg.search.pipeline_depth)
         self.members = {a.name: (a, b) for a, b in members}
         # instruct models (backend.chat: template in use) get the fuller English prompt; the tiny one compact
-        self.prompt_style = "chat" if getattr(backend, "chat", False) is True else "compact"
-        self.prompt_styles = {a.name: "chat" if getattr(b, "chat", False) is True else "compact" for a, b in members}
+        self.prompt_style = "chat" if optional(backend, "chat") is True else "compact"
+        self.prompt_styles = {a.name: "chat" if optional(b, "chat") is True else "compact" for a, b in members}
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.problems = {p.id: p for p in problems}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from problems.model import Problem
-from proposer.backends.base import TRAINABLE, SamplingParams, has
+from proposer.backends.base import TRAINABLE, SamplingParams, has, optional
 from proposer.errors import TrainingError
 from proposer.answers import naming
 from proposer.backends import PRETRAIN_RECORD
@@ -36,7 +36,7 @@ __all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k"]
 
 def _style(backend) -> str:
     """The chat prompt style for a backend that uses a chat template, as in campaigns."""
-    return "chat" if getattr(backend, "chat", False) is True else "compact"
+    return "chat" if optional(backend, "chat") is True else "compact"
 
 
 def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = None, *, steps: int = 10,
@@ -157,7 +157,7 @@ def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict
     merged.save_pretrained(str(out))
     backend.tokenizer.save_pretrained(str(out))
     (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    base = getattr(backend, "path", None)  # the base's pretraining record: tells loaders which names it knows
+    base = optional(backend, "path")  # the base's pretraining record: tells loaders which names it knows
     if base is not None and (Path(base) / PRETRAIN_RECORD).is_file():
         shutil.copyfile(Path(base) / PRETRAIN_RECORD, out / PRETRAIN_RECORD)
     honour_umask(out)

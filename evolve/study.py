@@ -42,8 +42,8 @@ def _style(backend) -> str:
 def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = None, *, steps: int = 10,
           out: str | Path | None = None, log=print, reporter=None) -> list[dict[str, Any]]:
     """RL on the problems' seed prompts, set up from a run config as a campaign sets it up
-    (evolve/trainer_setup.py): ``train.algo``, ``train.batch`` problems per step, ``group`` completions of
-    ``answers`` answers each, every other ``train`` key, the sampling section and the seed (None: the defaults
+    (evolve/trainer_setup.py): ``train.algo``, ``train.batch`` problems per step, ``train.group`` (else
+    ``search.group``) completions of ``search.answers`` answers each, every other ``train`` key, the sampling section and the seed (None: the defaults
     with VPO). `log` gets one JSON line per step (the stable interface: at least ``step`` and
     ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile. Every
     ``train.probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of

@@ -1,5 +1,5 @@
-"""Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
-of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
+"""Periodic proposer updates inside a campaign: every ``train.every`` iterations, ``train.batch`` complete groups
+of the archive (the most recent, plus a ``train.replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
 → rewards shaped by ``train.reward`` (``proposer/training/rewards.py``) → advantages (VPO or a baseline) → one
 PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
 under the run dir).
@@ -26,7 +26,7 @@ the last one (`drain`). The second core, idle in the loop but for the sandbox, d
 
 Every knob is a ``train`` key of the run config (evolve/trainer_setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
-``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
+``proposer.options.sleep`` (``--vllm-sleep``) the engine sleeps during the step so the learner can use its GPU memory.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from proposer.answers.scoring import score_matrices
-from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has, method, optional
 from proposer.errors import TrainingError
 from proposer.training.estimators import ESTIMATORS
 from proposer.training.replay_buffer import choose_groups, staleness
@@ -82,7 +82,7 @@ class CampaignTrainer:
         # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
         self.learner = backend
         if not has(backend, TRAINABLE):
-            if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
+            if not (has(backend, ADAPTERS) and optional(backend, "path") and cfg.train.lora):
                 raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
                                     f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
             from proposer.backends.hf import HFBackend
@@ -212,7 +212,7 @@ class CampaignTrainer:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
         return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
                     and self.covrl is None and len(getattr(camp, "members", {})) <= 1
-                    and callable(getattr(self.backend, "pin_sampling", None)))
+                    and method(self.backend, "pin_sampling") is not None)
 
     def join(self, camp: CampaignView) -> None:
         """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
@@ -333,7 +333,7 @@ class CampaignTrainer:
     @contextmanager
     def _engine_asleep(self) -> Iterator[None]:
         """Colocated vLLM with a separate learner: free the engine's GPU memory for the step."""
-        sleep, wake = getattr(self.backend, "sleep", None), getattr(self.backend, "wake_up", None)
+        sleep, wake = method(self.backend, "sleep"), method(self.backend, "wake_up")
         if self.learner is not self.backend and sleep is not None:
             sleep()
         try:

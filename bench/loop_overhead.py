@@ -771,7 +771,7 @@ def build_archive(run_dir: str | Path, programs: int, n_problems: int = SCALE_PR
     per = m * group
     iterations = max(0, -(-(programs - n_problems) // per))
     cfg = scale_config(probs, iterations, depth, m, group, islands, seed)
-    path = run_dir / "archive.db"
+    path = ar.archive_path(run_dir)
     with ar.Archive(path) as a:
         a.set_meta("config", json.dumps(cfg.model_dump()))
         a.set_meta("problems", json.dumps([p.id for p in probs]))
@@ -904,11 +904,11 @@ def run_resumed(run_dir: str | Path, more: int, depth: int, n_problems: int, pro
     between iterations after it, and the resident set before (imports only), after the restore and at the end.
     profile "cpu": cProfile of the iterations after the restore; "mem": tracemalloc's largest allocation sites
     once restored (both slow the run down: their timings are not the overhead)."""
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
     from evolve.campaign import Campaign
 
     probs = scale_problems(n_problems)
-    with Archive(Path(run_dir) / "archive.db", readonly=True) as a:
+    with Archive(archive_path(run_dir), readonly=True) as a:
         last, n = a.last_iteration(), a.count_programs()
     import gc
 
@@ -975,6 +975,8 @@ def archive_scale(sizes: list[int], a, tmp: Path, log) -> None:
     row per size with the medians over the repeats."""
     import shutil
 
+    from evolve.archive import archive_path
+
     built = {}
     for n in sizes:
         d = tmp / f"scale-{n}"
@@ -993,7 +995,7 @@ def archive_scale(sizes: list[int], a, tmp: Path, log) -> None:
             work = tmp / "resume"
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir()
-            shutil.copy2(d / "archive.db", work / "archive.db")  # every repeat resumes the same archive
+            shutil.copy2(archive_path(d), archive_path(work))  # every repeat resumes the same archive
             log(f"archive scale: resuming {info['programs']} programs for {a.scale_iterations} iterations "
                 f"(run {k + 1}/{repeats})")
             cmd = [sys.executable, str(Path(__file__).resolve()), "--_resume", str(work), str(a.scale_iterations),

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evaluators.pool import SandboxPool  # noqa: E402
-from evolve.archive import Archive  # noqa: E402
+from evolve.archive import Archive, archive_path  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from problems.suites import SUITES  # noqa: E402
@@ -84,7 +84,7 @@ def one(tmp: Path, name: str, depth: int, a, workload: str, ray_address: str | N
         rate = a.iterations / (time.perf_counter() - t0)
     finally:
         ev.close()
-    with Archive(run / "archive.db", readonly=True) as arc:
+    with Archive(archive_path(run), readonly=True) as arc:
         programs = sorted((r["problem"], r["code_hash"], r["status"]) for r in arc.export_rows())
     return rate, programs
 

@@ -55,12 +55,14 @@ def config(args, seed: int) -> dict:
 def run_campaigns(args, log) -> list[Path]:
     import yaml
 
+    from evolve.archive import archive_path
+
     vevo = [sys.executable, "-m", "evolve.cli"]  # run from ROOT: this checkout's code, whatever is installed
     runs = []
     for seed in range(args.seeds):
         run = Path(args.runs_dir) / f"seed{seed}"
         runs.append(run)
-        done = run / "archive.db"
+        done = archive_path(run)
         if done.exists() and not args.fresh and _finished(run, args.iterations):
             log(f"seed {seed}: finished archive at {run}, read as is")
             continue
@@ -82,21 +84,21 @@ def run_campaigns(args, log) -> list[Path]:
 
 
 def _finished(run: Path, iterations: int) -> bool:
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
 
-    with Archive(run / "archive.db", readonly=True) as a:
+    with Archive(archive_path(run), readonly=True) as a:
         last = a.last_iteration() or 0
         probs = json.loads(a.get_meta("problems", "[]") or "[]")
         return last >= iterations or len(a.solved_problems()) >= len(probs)
 
 
 def analyse(runs: list[Path]) -> dict:
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
     from evolve.portfolio_stats import improving_programs, member_stats
 
     per_seed, trend = [], {}
     for run in runs:
-        with Archive(run / "archive.db", readonly=True) as a:
+        with Archive(archive_path(run), readonly=True) as a:
             st = member_stats(a)
             rows = a.portfolio_rows()
             groups = a.groups_by_id(a.group_ids())

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from evolve.archive import Archive  # noqa: E402
+from evolve.archive import Archive, archive_path  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.runner import start  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
@@ -55,7 +55,7 @@ def one(tmp: Path, name: str, urls: list[str], depth: int, a) -> tuple[float, li
     t0 = time.perf_counter()
     start(cfg, progress=False, backend=backend)
     rate = a.iterations / (time.perf_counter() - t0)
-    with Archive(tmp / name / "archive.db", readonly=True) as a:
+    with Archive(archive_path(tmp / name), readonly=True) as a:
         return rate, a.export_rows()
 
 

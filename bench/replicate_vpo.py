@@ -80,6 +80,7 @@ def quality(args, log) -> dict:
 
 def search(args, runs_dir: Path, log) -> dict:
     """Part (b): campaigns per arm and seed through the CLI (each its own process, as a user runs them)."""
+    from evolve.archive import archive_path
     from evolve.curves import ci95, run_curves
 
     vevo = str(Path(sys.executable).parent / "vevo")
@@ -88,7 +89,7 @@ def search(args, runs_dir: Path, log) -> dict:
         finals, bests, paths = [], [], []
         for seed in range(args.seeds):
             run = runs_dir / f"{arm}-s{seed}"
-            if not (run / "archive.db").is_file() or args.fresh:
+            if not archive_path(run).is_file() or args.fresh:
                 subprocess.run(["rm", "-rf", str(run)], check=True)
                 algo, _, reward = arm.rpartition("+") if arm.rpartition("+")[2] in REWARDS else (arm, "", "")
                 # every arm samples the trained proposer's G (equal evaluations per iteration); the training
@@ -103,10 +104,10 @@ def search(args, runs_dir: Path, log) -> dict:
                 t = time.perf_counter()
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 log(f"(b) {arm} seed {seed}: {time.perf_counter() - t:.0f} s")
-            xs, solved, best = run_curves(run / "archive.db")
+            xs, solved, best = run_curves(archive_path(run))
             finals.append(float(solved[-1]) if len(solved) else 0.0)
             bests.append(float(best[-1]) if len(best) else 0.0)
-            paths.append(str(run / "archive.db"))
+            paths.append(str(archive_path(run)))
         m, h = ci95(finals)
         bm, bh = ci95(bests)
         out["arms"][arm] = {"solved_final": finals, "solved_mean": m, "solved_ci95": h, "best_final": bests,

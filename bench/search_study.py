@@ -50,11 +50,11 @@ SCHEDULE = ["--train-every", "10", "--train-batch", "8", "--train-group", "2", "
 def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None) -> None:
     """One campaign of ``SUITE`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
     run is read, not rerun; an unfinished or killed one (or one with a raised budget) is resumed."""
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
 
     from evolve.liveness import NAME as RUNNING
 
-    db = run_dir / "archive.db"
+    db = archive_path(run_dir)
     if db.is_file():
         with Archive(db, readonly=True) as a:
             ms = a.metrics_rows()
@@ -72,20 +72,20 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | 
 
 def _area(xs: np.ndarray, ys: np.ndarray, horizon: float, step: float) -> tuple[float, float]:
     """(mean of the step function over [0, horizon] on a grid of `step`, its value at horizon)."""
-    from evolve.curves import _step_at
+    from evolve.curves import step_at
 
     grid = np.arange(0.0, horizon + 1e-9, step)
-    vals = _step_at(xs, ys, grid, past_end=None)
+    vals = step_at(xs, ys, grid, past_end=None)
     return float(vals.mean()), float(vals[-1])
 
 
 def measure(run_dir: Path, iterations: int) -> dict:
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
     from evolve.compute import account, wall_clock
     from evolve.curves import run_curves
     from evolve.probe import learning
 
-    db = run_dir / "archive.db"
+    db = archive_path(run_dir)
     xs, solved, best = run_curves(db, "iterations")
     from evolve.campaign import summarize
     from evolve.runner import seed_result
@@ -105,11 +105,10 @@ def measure(run_dir: Path, iterations: int) -> dict:
 def wall_curve(m: dict) -> tuple[np.ndarray, np.ndarray]:
     """best@time: the iteration curve put on the run's own clock (the value after iteration i holds from the
     wall second iteration i was committed); (seconds, best)."""
-    xs, best, _ = (np.asarray(v, float) for v in m["curve"])
-    it, wall = (np.asarray(v, float) for v in m["clock"])
-    t_of = dict(zip(it.tolist(), wall.tolist()))
-    keep = [i for i, x in enumerate(xs) if x in t_of or x == 0]
-    return np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep]), best[keep]
+    from evolve.curves import on_clock
+
+    xs, best, _ = m["curve"]
+    return on_clock(xs, best, *m["clock"])
 
 
 def at_wall(m: dict, horizon: float) -> tuple[float, float]:
@@ -227,12 +226,12 @@ def plot(res, seeds, iterations: int, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from evolve.curves import _step_at
+    from evolve.curves import step_at
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     grid = np.arange(iterations + 1, dtype=float)
     for a in ARMS:
-        ys = np.array([_step_at(np.asarray(res[a][s]["curve"][0]), np.asarray(res[a][s]["curve"][1]), grid,
+        ys = np.array([step_at(np.asarray(res[a][s]["curve"][0]), np.asarray(res[a][s]["curve"][1]), grid,
                                 past_end=None) for s in seeds])
         m, h = ys.mean(0), 1.96 * ys.std(0, ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else 0 * ys.mean(0)
         axes[0].plot(grid, m, label=a)
@@ -241,7 +240,7 @@ def plot(res, seeds, iterations: int, out: Path) -> None:
         tg = np.linspace(0, horizon, 200)
         wy = []
         for s in seeds:
-            wy.append(_step_at(*wall_curve(res[a][s]), tg, past_end=None))
+            wy.append(step_at(*wall_curve(res[a][s]), tg, past_end=None))
         wy = np.array(wy)
         axes[1].plot(tg, wy.mean(0), label=a)
         if a != "none":

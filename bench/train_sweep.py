@@ -58,14 +58,13 @@ def movement(model, probes, before) -> dict:
     import torch
 
     from proposer.backends.logprobs import completion_logprobs
+    from proposer.training.trainer import movement_sums
 
     with torch.no_grad():
         lp, mask, greedy = completion_logprobs(model, [p for p, _ in probes], [c for _, c in probes],
                                                with_argmax=True)
-    d = (lp - before[0]).clamp(-20, 20)
-    kl = float(((d.exp() * d - d.exp() + 1) * mask).sum() / mask.sum())
-    changed = float(((greedy != before[1]).float() * mask).sum() / mask.sum())
-    return {"heldout_kl": kl, "heldout_greedy_changed": changed}
+    s = movement_sums(lp, before[0], mask, greedy, before[1])
+    return {"heldout_kl": s["policy_kl"] / s["tokens"], "heldout_greedy_changed": s["greedy_changed"] / s["tokens"]}
 
 
 def run(cfg, args, train_probs, held, pool, probes, before) -> dict:

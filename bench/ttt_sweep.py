@@ -38,9 +38,9 @@ CONFIGS = [
 
 def run_campaign(run_dir: Path, problems: list[str], seed: int, train: dict, group: int, iterations: int) -> float:
     """The campaign (resumed if unfinished); its wall seconds from the archive's clock."""
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
 
-    db = run_dir / "archive.db"
+    db = archive_path(run_dir)
     # the trained G is the search's G, and probes every 5th update, as when this sweep ran (the defaults then)
     train = {"group": group, "probe_every": 5, **train}
     if not (db.is_file() and _finished(db, iterations)):
@@ -62,7 +62,7 @@ def run_campaign(run_dir: Path, problems: list[str], seed: int, train: dict, gro
 
 
 def _finished(db: Path, iterations: int) -> bool:
-    from evolve.archive import Archive
+    from evolve.archive import Archive, archive_path
 
     with Archive(db, readonly=True) as a:
         ms = a.metrics_rows()
@@ -112,6 +112,7 @@ def main() -> None:
     if args.quick:
         args.seeds, args.iterations, args.problems, args.probe_group = 1, 6, 2, 1
     from evaluators.pool import SandboxPool
+    from evolve.archive import archive_path
     from problems.suites import SUITES
 
     problems = sorted(p.id for p in SUITES["pbe-hard-train"]())[: args.problems]
@@ -122,7 +123,7 @@ def main() -> None:
             for name, train, group, share in CONFIGS:
                 tag = name.split()[0]
                 run_dir = runs / f"{tag}-seed{seed}"
-                if args.no_new_runs and not (run_dir / "archive.db").is_file():
+                if args.no_new_runs and not archive_path(run_dir).is_file():
                     continue
                 wall = run_campaign(run_dir, problems, seed, train, group, max(2, round(args.iterations * share)))
                 t = time.perf_counter()

@@ -29,11 +29,11 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     from evaluators.types import Evaluation
-    from evolve.archive import Archive, ProgramRecord
+    from evolve.archive import Archive, ProgramRecord, archive_path
 
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
-        archive = Archive(run / "archive.db")
+        archive = Archive(archive_path(run))
         archive.set_meta("problems", json.dumps(["p"]))
         archive.set_meta("config", json.dumps({"search": {"iterations": 10 ** 6}}))
 

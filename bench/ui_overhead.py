@@ -50,7 +50,9 @@ class Browsers:
         self.thread.start()
 
     def _main(self) -> None:
-        while not (self.run_dir / "archive.db").exists():
+        from evolve.archive import archive_path
+
+        while not archive_path(self.run_dir).exists():
             if self.stop.wait(0.005):
                 return
         env = dict(os.environ, PYTHONPATH=str(ROOT))

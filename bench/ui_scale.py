@@ -31,7 +31,7 @@ M, G = 4, 2
 def build(run_dir: Path, programs: int = 100_000, problems: int = 50, seed: int = 0) -> dict:
     """Write the synthetic run folder; returns what it holds (ids, problems, the big problem)."""
     from evaluators.types import Evaluation
-    from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
+    from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord, archive_path
 
     rng = random.Random(seed)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -40,7 +40,7 @@ def build(run_dir: Path, programs: int = 100_000, problems: int = 50, seed: int 
     config = {"search": {"iterations": 10 ** 9, "islands": 2, "answers": M, "group": G}, "train": {"algo": "vpo"}}
     members: dict[tuple[str, int], list[tuple[int, list[float]]]] = {}
     next_id, version, step = 1, 0, 0
-    with Archive(run_dir / "archive.db") as a:
+    with Archive(archive_path(run_dir)) as a:
         a.set_meta("problems", json.dumps(pids))
         a.set_meta("config", json.dumps(config))
         seeds = []
@@ -143,6 +143,8 @@ def measure(run_dir: Path, info: dict) -> list[tuple[str, float, float, int]]:
 
 
 def main() -> None:
+    from evolve.archive import archive_path
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--programs", type=int, default=100_000)
     ap.add_argument("--problems", type=int, default=50)
@@ -153,7 +155,7 @@ def main() -> None:
         t0 = time.perf_counter()
         info = build(run_dir, args.programs, args.problems)
         print(f"built {info['programs']} programs on {len(info['problems'])} problems, {info['iterations']} "
-              f"iterations in {time.perf_counter() - t0:.1f} s ({(run_dir / 'archive.db').stat().st_size >> 20} MiB)")
+              f"iterations in {time.perf_counter() - t0:.1f} s ({archive_path(run_dir).stat().st_size >> 20} MiB)")
         print(f"{'page':<52} {'cold ms':>8} {'warm ms':>8} {'KiB':>7}")
         for path, cold, warm, size in measure(run_dir, info):
             print(f"{path:<52} {cold:8.1f} {warm:8.1f} {size / 1024:7.1f}")

@@ -188,6 +188,7 @@ def run_openevolve(folder: Path, evaluations: int, seed: int, out: Path, url: st
 
 
 def run_vevo(folder: Path, evaluations: int, seed: int, out: Path) -> dict:
+    from evolve.archive import archive_path
     from evolve.config import CampaignConfig
     from evolve.runner import start
 
@@ -198,7 +199,7 @@ def run_vevo(folder: Path, evaluations: int, seed: int, out: Path) -> dict:
                          search={"iterations": iterations, "islands": 2, "answers": answers, "group": group})
     t0 = time.time()
     _, summary = start(cfg, progress=False)
-    with sqlite3.connect(out / "archive.db") as db:
+    with sqlite3.connect(archive_path(out)) as db:
         rows = db.execute("SELECT eval_index, scalar, solved FROM programs WHERE status != 'format_error' "
                           "AND iteration > 0 ORDER BY eval_index").fetchall()
     solved_at = next((i + 1 for i, (_, _, sv) in enumerate(rows) if sv), None)

@@ -37,6 +37,12 @@ from proposer.backends.base import Completion, SamplingParams
 
 SCHEMA_VERSION = "2"  # 2: checkpoints became the incremental `state` table
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+ARCHIVE_NAME = "archive.db"  # a run folder's archive; holding one is what makes a folder a run folder
+
+
+def archive_path(run_dir: str | Path) -> Path:
+    """The archive of the run folder `run_dir` (which need not exist yet)."""
+    return Path(run_dir) / ARCHIVE_NAME
 
 
 class ArchiveError(VevoError, ValueError):

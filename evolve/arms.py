@@ -66,33 +66,37 @@ def seed_dir(out: str | Path, seed: int) -> Path:
 
 def seed_runs(folder: str | Path) -> list[Path]:
     """The ``seed-N`` run folders (those holding an archive) of a seeds folder, by N."""
+    from .archive import archive_path
+
     folder = Path(folder)
     found = []
     if folder.is_dir():
         for child in folder.iterdir():
             m = SEED_DIR.fullmatch(child.name)
-            if m and (child / "archive.db").is_file():
+            if m and archive_path(child).is_file():
                 found.append((int(m.group(1)), child))
     return [p for _, p in sorted(found)]
 
 
 def expand(path: str | Path) -> list[Path]:
     """A run folder as itself; a seeds folder as its seed runs; anything else is an ArmError."""
+    from .archive import ARCHIVE_NAME, archive_path
+
     path = Path(path)
-    if (path / "archive.db").is_file():
+    if archive_path(path).is_file():
         return [path]
     runs = seed_runs(path)
     if not runs:
-        raise ArmError(f"{path}: not a run directory (no archive.db) nor a seeds folder (no seed-N/archive.db)")
+        raise ArmError(f"{path}: not a run directory (no {ARCHIVE_NAME}) nor a seeds folder (no seed-N/{ARCHIVE_NAME})")
     return runs
 
 
 def run_seed(run_dir: str | Path) -> int | None:
     """The seed a run was started with (its archive's config), None if it cannot be read."""
-    from .archive import Archive
+    from .archive import Archive, archive_path
 
     try:
-        with Archive(Path(run_dir) / "archive.db", readonly=True) as a:
+        with Archive(archive_path(run_dir), readonly=True) as a:
             return int(json.loads(a.get_meta("config") or "{}").get("seed"))
     except (TypeError, ValueError, OSError):
         return None
@@ -114,11 +118,11 @@ def curve_metrics(xs: np.ndarray, solved: np.ndarray, best: np.ndarray, horizon:
 
 
 def run_metrics(run_dir: str | Path) -> dict[str, float]:
-    from .archive import Archive
+    from .archive import Archive, archive_path
     from .config_legacy import upgrade
     from .curves import run_curves
 
-    db = Path(run_dir) / "archive.db"
+    db = archive_path(run_dir)
     with Archive(db, readonly=True) as a:
         budget = upgrade(json.loads(a.get_meta("config") or "{}")).get("search", {}).get("iterations") or 0
     xs, solved, best = run_curves(db, "iterations")

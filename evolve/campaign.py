@@ -44,7 +44,7 @@ from evaluators.executor import Evaluator
 from evaluators.types import Evaluation
 from problems import metrics as metric_columns
 from problems.model import Problem
-from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, SamplingParams, has
+from proposer.backends.base import CONCURRENT, STATE, VERSIONED, Backend, SamplingParams, has, optional
 from proposer.answers import naming
 from proposer.answers import feedback, scoring
 from proposer.answers.mutate import normalized_hash
@@ -52,7 +52,7 @@ from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
 from proposer.tiny.reach import reach_note
 
 from . import budget, health
-from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord
+from .archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord, archive_path
 from .config import CampaignConfig
 from .hooks import TrainerHook
 from .islands import Member
@@ -144,14 +144,14 @@ class Campaign:
         self.portfolio = Portfolio([a for a, _ in members], cfg.portfolio, cfg.seed, cfg.search.pipeline_depth)
         self.members = {a.name: (a, b) for a, b in members}
         # instruct models (backend.chat: template in use) get the fuller English prompt; the tiny one compact
-        self.prompt_style = "chat" if getattr(backend, "chat", False) is True else "compact"
-        self.prompt_styles = {a.name: "chat" if getattr(b, "chat", False) is True else "compact" for a, b in members}
+        self.prompt_style = "chat" if optional(backend, "chat") is True else "compact"
+        self.prompt_styles = {a.name: "chat" if optional(b, "chat") is True else "compact" for a, b in members}
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.problems = {p.id: p for p in problems}
         self.order = [p.id for p in problems]
         self.labels = {pid: [p.test_label(i) for i in range(p.n_tests)] for pid, p in self.problems.items()}
-        self.archive = Archive(self.run_dir / "archive.db", durable=cfg.archive_sync == "full")
+        self.archive = Archive(archive_path(self.run_dir), durable=cfg.archive_sync == "full")
         self.reporter = as_reporter(progress)  # the caller's: it outlives the campaign (seeds, summary)
         self.population = Population(self.order, cfg.search, cfg.seed, archive=self.archive)
         # a proposer out of its problems' reach (the tiny one on strings, floats): said at the start and by a stall

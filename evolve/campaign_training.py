@@ -1,5 +1,5 @@
-"""Periodic proposer updates inside a campaign: every ``train_every`` iterations, ``train_batch`` complete groups
-of the archive (the most recent, plus a ``train_replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
+"""Periodic proposer updates inside a campaign: every ``train.every`` iterations, ``train.batch`` complete groups
+of the archive (the most recent, plus a ``train.replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
 → rewards shaped by ``train.reward`` (``proposer/training/rewards.py``) → advantages (VPO or a baseline) → one
 PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
 under the run dir).
@@ -26,7 +26,7 @@ the last one (`drain`). The second core, idle in the loop but for the sandbox, d
 
 Every knob is a ``train`` key of the run config (evolve/trainer_setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
-``vllm_sleep`` the engine sleeps during the step so the learner can use its GPU memory.
+``proposer.options.sleep`` (``--vllm-sleep``) the engine sleeps during the step so the learner can use its GPU memory.
 """
 from __future__ import annotations
 
@@ -37,12 +37,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from proposer.answers.scoring import score_matrices
-from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has
+from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has, method, optional
 from proposer.errors import TrainingError
 from proposer.training.estimators import ESTIMATORS
 from proposer.training.replay_buffer import choose_groups, staleness
@@ -51,11 +51,10 @@ from proposer.training.trainer import TrainSample
 
 from .archive import Archive, GroupRow
 from .config import CampaignConfig
+from .hooks import CampaignView  # the campaign calls the trainer; the trainer reads only this view of it
 from .progress import training_fields
 from .trainer_setup import build_trainer, movement_due
 
-if TYPE_CHECKING:  # the campaign calls the trainer; the trainer only reads its archive and iteration
-    from .campaign import Campaign
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
 
@@ -83,7 +82,7 @@ class CampaignTrainer:
         # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
         self.learner = backend
         if not has(backend, TRAINABLE):
-            if not (has(backend, ADAPTERS) and getattr(backend, "path", None) and cfg.train.lora):
+            if not (has(backend, ADAPTERS) and optional(backend, "path") and cfg.train.lora):
                 raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
                                     f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
             from proposer.backends.hf import HFBackend
@@ -174,7 +173,7 @@ class CampaignTrainer:
                 shutil.rmtree(p, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
-    def on_restore(self, camp: "Campaign") -> None:
+    def on_restore(self, camp: CampaignView) -> None:
         """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
         a step due at the checkpoint's iteration that never finished is done now (overlapped: a step the
         uninterrupted run had already joined is redone here, the one due at the checkpoint started again)."""
@@ -200,22 +199,22 @@ class CampaignTrainer:
         finish under the current policy)."""
         return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
 
-    def __call__(self, camp: "Campaign", iteration: int) -> None:
+    def __call__(self, camp: CampaignView, iteration: int) -> None:
         self.join(camp)  # a step started at an earlier commit is published now, before anything else is prepared
         if self.due(iteration):
             self.train(camp, iteration, background=self._overlaps(camp))
 
-    def drain(self, camp: "Campaign") -> None:
+    def drain(self, camp: CampaignView) -> None:
         """At the campaign's end: the step still on the learner thread is finished and published."""
         self.join(camp)
 
-    def _overlaps(self, camp: "Campaign") -> bool:
+    def _overlaps(self, camp: CampaignView) -> bool:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
         return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
                     and self.covrl is None and len(getattr(camp, "members", {})) <= 1
-                    and callable(getattr(self.backend, "pin_sampling", None)))
+                    and method(self.backend, "pin_sampling") is not None)
 
-    def join(self, camp: "Campaign") -> None:
+    def join(self, camp: CampaignView) -> None:
         """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
         f, self._flight = self._flight, None
         if f is None:
@@ -259,7 +258,7 @@ class CampaignTrainer:
         v = self.version if version is None else version
         return bool(every and stats.get("samples") and v % every == 0)
 
-    def _probe(self, camp: "Campaign", suffix: str = "", quiet: bool = False) -> dict[str, Any]:
+    def _probe(self, camp: CampaignView, suffix: str = "", quiet: bool = False) -> dict[str, Any]:
         """The fixed probe sets' rewards under the current policy (evolve/probe.py); {} when probes are off.
         ``quiet``: on the learner thread (no progress line; the probes were built by the first step's baseline)."""
         if not self.cfg.train.probe_every:
@@ -275,7 +274,7 @@ class CampaignTrainer:
             camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
         return self.prober.run(self.backend, camp.evaluator, suffix)
 
-    def train(self, camp: "Campaign", iteration: int, background: bool = False) -> dict[str, Any] | None:
+    def train(self, camp: CampaignView, iteration: int, background: bool = False) -> dict[str, Any] | None:
         """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`
         finishes it), where the backend can pin the published policy for sampling meanwhile."""
         groups = self._groups(camp.archive, iteration)
@@ -339,7 +338,7 @@ class CampaignTrainer:
     @contextmanager
     def _engine_asleep(self) -> Iterator[None]:
         """Colocated vLLM with a separate learner: free the engine's GPU memory for the step."""
-        sleep, wake = getattr(self.backend, "sleep", None), getattr(self.backend, "wake_up", None)
+        sleep, wake = method(self.backend, "sleep"), method(self.backend, "wake_up")
         if self.learner is not self.backend and sleep is not None:
             sleep()
         try:
@@ -348,7 +347,7 @@ class CampaignTrainer:
             if self.learner is not self.backend and wake is not None:
                 wake()
 
-    def _train_covrl(self, camp, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
+    def _train_covrl(self, camp: CampaignView, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
         """One CoVRL step (evolve/covrl_campaign.py); logged like every step, plus the references used."""
         from evolve.covrl_campaign import covrl_step
 
@@ -364,7 +363,7 @@ class CampaignTrainer:
             self.version += 1
         return self._finish(camp, iteration, stats)
 
-    def _finish(self, camp, iteration: int, stats: dict[str, Any], step_seconds: float | None = None) -> dict[str, Any]:
+    def _finish(self, camp: CampaignView, iteration: int, stats: dict[str, Any], step_seconds: float | None = None) -> dict[str, Any]:
         """Probes, snapshot, publish, and the archive row of a step (``step_seconds``: its cost when it ran on
         the learner thread)."""
         stats.update(self._before)

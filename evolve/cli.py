@@ -457,19 +457,20 @@ def _print_summary(run_dir: Path, s: dict, best_limit: int | None = None) -> Non
 
 
 def _open_run(run_dir: str):
-    from .archive import Archive
+    from .archive import ARCHIVE_NAME, Archive, archive_path
 
-    db = Path(run_dir) / "archive.db"
+    db = archive_path(run_dir)
     if not db.is_file():
-        raise UserError(f"{run_dir}: not a run directory (no archive.db)")
+        raise UserError(f"{run_dir}: not a run directory (no {ARCHIVE_NAME})")
     return Archive(db, readonly=True)
 
 
 def cmd_runs_show(args) -> int:
+    from .archive import archive_path
     from .arms import expand, seed_runs
 
     if args.program is not None:
-        if not (Path(args.run_dir) / "archive.db").is_file() and seed_runs(args.run_dir):
+        if not archive_path(args.run_dir).is_file() and seed_runs(args.run_dir):
             raise UserError(f"{args.run_dir}: a seeds folder; --program needs one seed's run (e.g. "
                             f"{Path(args.run_dir) / 'seed-0'})")
         return _show_program(args)
@@ -638,9 +639,10 @@ def _run_spec(spec: str, must_name: bool = False) -> tuple[str, str]:
 
 def cmd_curves(args) -> int:
     from . import curves
+    from .archive import archive_path
 
     runs = _labelled_runs(args.runs, args.label)
-    dbs = {k: [str(Path(p) / "archive.db") for p in v] for k, v in runs.items()}
+    dbs = {k: [str(archive_path(p)) for p in v] for k, v in runs.items()}
     if args.by == "proposer":
         dbs = curves.split_by_proposer(dbs)
     rows = curves.curve_table(dbs, args.x)

@@ -7,7 +7,7 @@ per remaining prompt by hybrid sampling from the learner (seeded by (seed, itera
 the same ones), and takes one ``CoVRLUpdater`` step. The references used are recorded in the step's training
 row (group, parent, reference program id, kind).
 
-``train: vpo+covrl`` mixes the two: training step k (k = iteration / train_every, from 1) is a CoVRL step when
+``train: vpo+covrl`` mixes the two: training step k (k = iteration / ``train.every``, from 1) is a CoVRL step when
 floor(k * share) > floor((k - 1) * share), share = ``train.covrl.share`` (0.5: VPO, CoVRL, VPO, ...).
 """
 from __future__ import annotations

@@ -30,31 +30,56 @@ def _check_axis(x: str) -> None:
         raise ValueError(f"x must be 'iterations' or 'evaluations', got {x!r}")
 
 
+class CurveFold:
+    """The one fold behind pass@t and best@t, advanced one program at a time in evaluation order: `run_curves`
+    folds a whole archive, `vevo ui` (evolve/ui/store.py) only the programs committed since its last look.
+    A problem in `problems` counts 0 until it has a program."""
+
+    def __init__(self, problems: Any = ()):
+        self.problems: set[str] = set(problems)
+        self.best: dict[str, float] = {}
+        self.solved: set[str] = set()
+        self.total_best = 0.0
+
+    def expect(self, problems: Any) -> None:
+        """Count these problems from now on (before their programs are added, so every mean has one divisor)."""
+        self.problems.update(problems)
+
+    def add(self, problem: str, scalar: float, solved: bool) -> None:
+        self.problems.add(problem)
+        old = self.best.get(problem)
+        if old is None or scalar > old:
+            self.total_best += scalar - (old if old is not None else 0.0)
+            self.best[problem] = scalar
+        if solved:
+            self.solved.add(problem)
+
+    @property
+    def n_solved(self) -> int:
+        return len(self.solved)
+
+    @property
+    def mean_best(self) -> float:
+        return self.total_best / max(len(self.problems), 1)
+
+
 def _run_curves(rows: list[ProgressRow], listed: list[str], x: Axis,
                 iterations: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pure core: (xs, solved count, mean best) from progress rows in evaluation order."""
-    problems = sorted(set(listed) | {r.problem for r in rows})
-    best: dict[str, float] = {}
-    solved: set[str] = set()
-    total_best = 0.0
+    fold = CurveFold(set(listed) | {r.problem for r in rows})
     n_solved = np.zeros(len(rows))
     mean_best = np.zeros(len(rows))
     for i, r in enumerate(rows):
-        old = best.get(r.problem)
-        if old is None or r.scalar > old:
-            total_best += r.scalar - (old if old is not None else 0.0)
-            best[r.problem] = r.scalar
-        if r.solved:
-            solved.add(r.problem)
-        n_solved[i] = len(solved)
-        mean_best[i] = total_best / len(problems)
+        fold.add(r.problem, r.scalar, r.solved)
+        n_solved[i] = fold.n_solved
+        mean_best[i] = fold.mean_best
     if x == "evaluations":
         return np.array([r.eval_index for r in rows], dtype=float), n_solved, mean_best
     # iterations increase with evaluation order (the archive enforces it), so the value after an iteration is
     # the value after its last program; iterations without programs (all duplicates) carry the value forward
     xs = np.array(sorted(set(iterations) | {r.iteration for r in rows}), dtype=float)
     its = np.array([r.iteration for r in rows], dtype=float)
-    return xs, _step_at(its, n_solved, xs, past_end=None), _step_at(its, mean_best, xs, past_end=None)
+    return xs, step_at(its, n_solved, xs, past_end=None), step_at(its, mean_best, xs, past_end=None)
 
 
 def run_curves(archive_path: str | Path | tuple[str | Path, str],
@@ -103,14 +128,25 @@ def best_at(archive_path: str | Path, x: Axis = "iterations") -> tuple[np.ndarra
     return xs, best
 
 
-def _step_at(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray, past_end: float | None = np.nan) -> np.ndarray:
-    """Value of the step function (xs sorted, ys) at each grid point: 0 before the first x, the last value
+def step_at(xs: np.ndarray, ys: np.ndarray, grid: np.ndarray, past_end: float | None = np.nan) -> np.ndarray:
+    """Pure: the value of the step function (xs sorted, ys) at each grid point: 0 before the first x, the last value
     carried forward after the last x, or `past_end` there unless it is None."""
     if len(xs) == 0:
         return np.zeros(len(grid)) if past_end is None else np.full(len(grid), past_end)
     idx = np.searchsorted(xs, grid, side="right") - 1
     out = np.where(idx >= 0, ys[np.maximum(idx, 0)], 0.0)
     return out if past_end is None else np.where(grid > xs[-1], past_end, out)
+
+
+def on_clock(xs: np.ndarray, ys: np.ndarray, clock_its: np.ndarray,
+             clock_secs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pure: a curve over iterations put on a run's clock (`compute.wall_clock`): (seconds, ys), the value after
+    iteration i holding from the second i was committed. Iteration 0 (the seeds) sits at 0 s; an iteration
+    without a recorded clock is left out."""
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    t_of = dict(zip(np.asarray(clock_its, dtype=float).tolist(), np.asarray(clock_secs, dtype=float).tolist()))
+    keep = [i for i, x in enumerate(xs.tolist()) if x in t_of or x == 0]
+    return np.array([0.0 if xs[i] == 0 else t_of[xs[i]] for i in keep]), ys[keep]
 
 
 def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> list[dict[str, Any]]:
@@ -125,8 +161,8 @@ def curve_table(runs: dict[str, list[str | Path]], x: Axis = "iterations") -> li
     for label, cs in curves.items():
         if not cs:
             continue
-        solved = np.array([_step_at(c[0], c[1], grid) for c in cs])
-        best = np.array([_step_at(c[0], c[2], grid) for c in cs])
+        solved = np.array([step_at(c[0], c[1], grid) for c in cs])
+        best = np.array([step_at(c[0], c[2], grid) for c in cs])
         present = (~np.isnan(solved)).sum(axis=0)
         for j, gx in enumerate(grid):
             if present[j] == 0:

@@ -100,7 +100,9 @@ def run_status(run_dir: str | Path, finished: bool) -> Status:
     if finished:
         return "finished"
     if live == "elsewhere":
-        db = Path(run_dir) / "archive.db"
+        from .archive import archive_path
+
+        db = archive_path(run_dir)
         newest = max((p.stat().st_mtime for p in (db, Path(f"{db}-wal")) if p.exists()), default=0.0)
         return "running" if time.time() - newest < IDLE_SECONDS else "crashed"
     return "stopped"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .archive import Archive, ProgramRow, TrainingRow
+from .archive import Archive, ProgramRow, TrainingRow, archive_path
 from .campaign import summarize
 from .config_legacy import upgrade
 from .curves import Axis, plot
@@ -70,11 +70,11 @@ def gather_run(label: str, name: str, run_dir: str | Path) -> RunData:
     try:
         return _read_run(label, name, run_dir)
     except sqlite3.DatabaseError as e:
-        raise ValueError(f"{run_dir / 'archive.db'}: {e}") from e
+        raise ValueError(f"{archive_path(run_dir)}: {e}") from e
 
 
 def _read_run(label: str, name: str, run_dir: Path) -> RunData:
-    with Archive(run_dir / "archive.db", readonly=True) as a:
+    with Archive(archive_path(run_dir), readonly=True) as a:
         listed = [str(p) for p in json.loads(a.get_meta("problems") or "[]")]
         config = upgrade(json.loads(a.get_meta("config") or "{}"))  # archives of earlier versions: older keys
         seen = {r.problem for r in a.progress_rows()}
@@ -103,7 +103,7 @@ def gather(runs: dict[str, list[str | Path]]) -> ReportData:
             run_data.append(gather_run(label, name, d))
     problems = list(dict.fromkeys(p for r in run_data for p in r.problems))  # first-seen order
     keys = training_keys([row for r in run_data for row in r.training])
-    return ReportData(runs={k: [str(Path(d) / "archive.db") for d in v] for k, v in runs.items()},
+    return ReportData(runs={k: [str(archive_path(d)) for d in v] for k, v in runs.items()},
                       run_data=run_data, problems=problems, info=problem_info([r.config for r in run_data]),
                       training_keys=keys)
 

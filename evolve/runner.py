@@ -12,7 +12,7 @@ from problems.errors import VevoError
 from problems.registry import discover
 
 from . import liveness
-from .archive import check_archive_file
+from .archive import archive_path, check_archive_file
 from .campaign import Campaign
 from .config import CampaignConfig, config_to_yaml, load_run_config, stored_config
 from .progress import Reporter, as_reporter
@@ -152,7 +152,7 @@ def _finish(camp: Campaign, progress: bool | Reporter) -> dict:
 def start(cfg: CampaignConfig, progress: bool | Reporter = True, **kw) -> tuple[Path, dict]:
     cfg.require_problems()
     run_dir = Path(cfg.out or f"runs/{time.strftime('%Y%m%d-%H%M%S')}")
-    if (run_dir / "archive.db").exists():
+    if archive_path(run_dir).exists():
         raise RunError(f"{run_dir}: already holds a run (continue it with `vevo resume {run_dir}`)")
     made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # folders this start creates
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ def start(cfg: CampaignConfig, progress: bool | Reporter = True, **kw) -> tuple[
     try:
         camp = open_campaign(cfg, run_dir, progress, **kw)
     except BaseException:  # nothing ran (bad proposer, no problems, ...): leave no half-made run folder behind
-        if not (run_dir / "archive.db").exists():
+        if not archive_path(run_dir).exists():
             (run_dir / CONFIG_NAME).unlink(missing_ok=True)
             for d in made:  # innermost first; one holding anything else stays
                 if any(d.iterdir()):
@@ -179,8 +179,8 @@ def resume(run_dir: str | Path, progress: bool | Reporter = True, iterations: in
         raise RunError(f"{run_dir}: not a run directory (no {CONFIG_NAME})")
     cfg = load_run_config(run_dir / CONFIG_NAME, {"search.iterations": iterations,
                                                   **{f"search.budget.{k}": v for k, v in (budget or {}).items()}})
-    if (run_dir / "archive.db").exists():  # absent: killed before the archive was created, so start it
-        check_archive_file(run_dir / "archive.db")  # before the proposer and sandbox start: fail fast
+    if archive_path(run_dir).exists():  # absent: killed before the archive was created, so start it
+        check_archive_file(archive_path(run_dir))  # before the proposer and sandbox start: fail fast
     return _finish(open_campaign(cfg, run_dir, progress, **kw), progress)
 
 
@@ -200,7 +200,7 @@ def start_seeds(cfg: CampaignConfig, seeds: list[int], progress: bool | Reporter
         raise RunError("--seeds needs --out D (each seed's run goes to D/seed-N)")
     out = Path(cfg.out)
     for s in seeds:
-        if (seed_dir(out, s) / "archive.db").exists():
+        if archive_path(seed_dir(out, s)).exists():
             raise RunError(f"{seed_dir(out, s)}: already holds a run (continue the folder with `vevo resume {out}`)")
     out.mkdir(parents=True, exist_ok=True)
     (out / SEEDS_NAME).write_text(yaml.safe_dump({"seeds": list(seeds), "config": cfg.model_dump(mode="json")},

@@ -182,7 +182,7 @@ def _niches(pool: Pool, rng: np.random.Generator, params: Any) -> int:
 
 
 # To add a method: write a pure function above and a wrapper with this signature, then add it here (or call
-# ``register_selection``); the config's `selection.method`, the CLI's --selection choices and the docs read it.
+# ``register_selection``); the config's `search.selection.method`, the CLI's --selection choices and the docs read it.
 SELECTIONS: dict[str, SelectFn] = {"lexicase": _lexicase, "tournament": _tournament, "niches": _niches}
 
 

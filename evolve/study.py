@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from problems.model import Problem
-from proposer.backends.base import TRAINABLE, SamplingParams, has
+from proposer.backends.base import TRAINABLE, SamplingParams, has, optional
 from proposer.errors import TrainingError
 from proposer.answers import naming
 from proposer.backends import PRETRAIN_RECORD
@@ -36,14 +36,14 @@ __all__ = ["train", "train_covrl", "evaluate_proposer", "pass_at_k"]
 
 def _style(backend) -> str:
     """The chat prompt style for a backend that uses a chat template, as in campaigns."""
-    return "chat" if getattr(backend, "chat", False) is True else "compact"
+    return "chat" if optional(backend, "chat") is True else "compact"
 
 
 def train(backend, problems: list[Problem], pool, cfg: CampaignConfig | None = None, *, steps: int = 10,
           out: str | Path | None = None, log=print, reporter=None) -> list[dict[str, Any]]:
     """RL on the problems' seed prompts, set up from a run config as a campaign sets it up
-    (evolve/trainer_setup.py): ``train.algo``, ``train.batch`` problems per step, ``group`` completions of
-    ``answers`` answers each, every other ``train`` key, the sampling section and the seed (None: the defaults
+    (evolve/trainer_setup.py): ``train.algo``, ``train.batch`` problems per step, ``train.group`` (else
+    ``search.group``) completions of ``search.answers`` answers each, every other ``train`` key, the sampling section and the seed (None: the defaults
     with VPO). `log` gets one JSON line per step (the stable interface: at least ``step`` and
     ``mean_set_reward``); `reporter` (evolve/progress.py) tells a person what happens meanwhile. Every
     ``train.probe_every`` steps (and before the first) the fixed probe sets' rewards (evolve/probe.py: some of
@@ -157,7 +157,7 @@ def _save(backend, model, lora: bool, out: str | Path | None, history: list[dict
     merged.save_pretrained(str(out))
     backend.tokenizer.save_pretrained(str(out))
     (out / "train_log.jsonl").write_text("".join(json.dumps(h) + "\n" for h in history))
-    base = getattr(backend, "path", None)  # the base's pretraining record: tells loaders which names it knows
+    base = optional(backend, "path")  # the base's pretraining record: tells loaders which names it knows
     if base is not None and (Path(base) / PRETRAIN_RECORD).is_file():
         shutil.copyfile(Path(base) / PRETRAIN_RECORD, out / PRETRAIN_RECORD)
     honour_umask(out)

@@ -165,7 +165,7 @@ def export_traces(folders: Sequence[str | Path], out: str | Path,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .archive import Archive
+    from .archive import ARCHIVE_NAME, Archive, archive_path
     from .arms import expand, run_seed
 
     if not folders:
@@ -175,9 +175,9 @@ def export_traces(folders: Sequence[str | Path], out: str | Path,
     for name, folder in zip(_run_names(folders), folders):
         seeds = expand(folder)
         for run in seeds:
-            db = Path(run) / "archive.db"
+            db = archive_path(run)
             if not db.is_file():
-                raise TraceError(f"{run}: not a run directory (no archive.db)")
+                raise TraceError(f"{run}: not a run directory (no {ARCHIVE_NAME})")
             seed = run_seed(run)
             with Archive(db, readonly=True) as a:
                 recs = group_records(a, name, seed, split_of)

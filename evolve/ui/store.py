@@ -19,9 +19,10 @@ from urllib.parse import quote
 from problems.errors import VevoError
 
 from .. import liveness
-from ..archive import Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow
+from ..archive import ARCHIVE_NAME, Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow, archive_path
 from ..compute import account
 from ..config_legacy import upgrade
+from ..curves import CurveFold
 from ..portfolio_stats import member_stats
 
 IDLE_SECONDS = liveness.IDLE_SECONDS
@@ -40,9 +41,9 @@ def runs_under(root: str | Path) -> list[tuple[str, Path]]:
     base = Path(root)
     if not base.is_dir():
         raise UIError(f"--root {root}: not a folder")
-    found = sorted({p.parent for pattern in ("*/archive.db", "*/*/archive.db") for p in base.glob(pattern)})
+    found = sorted({p.parent for pattern in (f"*/{ARCHIVE_NAME}", f"*/*/{ARCHIVE_NAME}") for p in base.glob(pattern)})
     if not found:
-        raise UIError(f"--root {root}: no run folders (with an archive.db) in it or one level down")
+        raise UIError(f"--root {root}: no run folders (with an {ARCHIVE_NAME}) in it or one level down")
     return [(p.relative_to(base).as_posix(), p) for p in found]
 
 
@@ -51,9 +52,7 @@ class _Curve:
     """Running state of one run's curves, advanced by the programs committed since the last look."""
 
     last_id: int = 0
-    best: dict[str, float] = field(default_factory=dict)
-    solved: set[str] = field(default_factory=set)
-    total_best: float = 0.0
+    fold: CurveFold = field(default_factory=CurveFold)  # pass@t and best@t, as `vevo curves` folds them
     # one point per iteration: (iteration, evaluations, seconds, solved, mean best, busy seconds)
     points: list[tuple[int, int, float, int, float, float]] = field(default_factory=list)
     seconds: float = 0.0
@@ -68,9 +67,9 @@ class RunStore:
     def __init__(self, name: str, run_dir: str | Path):
         self.name = name
         self.dir = Path(run_dir).resolve()
-        self.db = self.dir / "archive.db"
+        self.db = archive_path(self.dir)
         if not self.db.is_file():
-            raise UIError(f"{run_dir}: not a run directory (no archive.db)")
+            raise UIError(f"{run_dir}: not a run directory (no {ARCHIVE_NAME})")
         try:
             self.archive = Archive(self.db, readonly=True)  # its row decoders; opened mode=ro / query_only
         except (ArchiveError, FileNotFoundError) as e:
@@ -153,11 +152,11 @@ class RunStore:
 
     # ------------------------------------------------------------------ curves
     def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
-        """(iteration, evaluations, seconds, solved, mean best, busy seconds) after each iteration, as in
-        evolve/curves.py (a listed problem counts 0 until it has a program). Seconds: the wall clock the campaign
-        records per iteration (`wall_seconds`, since the run's first start, across resumes), or busy seconds for
-        an archive without it (`wall_clock()` is then False). Busy seconds: the cumulative generation +
-        evaluation time the loop logged."""
+        """(iteration, evaluations, seconds, solved, mean best, busy seconds) after each iteration, folded by
+        `curves.CurveFold` as `vevo curves` folds them (a listed problem counts 0 until it has a program).
+        Seconds: the wall clock the campaign records per iteration (`wall_seconds`, since the run's first start,
+        across resumes), or busy seconds for an archive without it (`wall_clock()` is then False). Busy seconds:
+        the cumulative generation + evaluation time the loop logged."""
         with self._fold_lock:  # one fold at a time; the queries take the connection lock themselves
             return list(self._fold())
 
@@ -168,7 +167,7 @@ class RunStore:
                       "ORDER BY id", (c.last_id,))
         secs = self.q("SELECT iteration, data FROM metrics WHERE iteration > ? ORDER BY iteration",
                       (c.last_iteration,))
-        n_problems = max(len(set(listed) | set(c.best) | {r[1] for r in rows}), 1)
+        c.fold.expect(set(listed) | {r[1] for r in rows})
         by_it: dict[int, tuple[float | None, float]] = {}  # iteration -> (its wall clock, its busy seconds)
         for it, data in secs:
             d = json.loads(data)
@@ -182,19 +181,14 @@ class RunStore:
         for it in its:
             while i < len(rows) and rows[i][2] <= it:
                 _, pr, _, ev, sc, sv = rows[i]
-                old = c.best.get(pr)
-                if old is None or sc > old:
-                    c.total_best += sc - (old if old is not None else 0.0)
-                    c.best[pr] = sc
-                if sv:
-                    c.solved.add(pr)
+                c.fold.add(pr, float(sc), bool(sv))
                 c.last_id = rows[i][0]
                 i += 1
             wall, busy = by_it.get(it, (None, 0.0))
             c.busy += busy
             c.seconds = wall if wall is not None else c.busy
             evals = rows[i - 1][3] if i else (points[-1][1] if points else 0)
-            point = (it, int(evals), c.seconds, len(c.solved), c.total_best / n_problems, c.busy)
+            point = (it, int(evals), c.seconds, c.fold.n_solved, c.fold.mean_best, c.busy)
             if points and points[-1][0] == it:
                 points[-1] = point
             else:

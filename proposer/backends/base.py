@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, asdict
-from typing import Protocol, Any
+from typing import Any, Callable, Protocol
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,48 @@ def has(backend: object, capability: str) -> bool:
     return capability in getattr(backend, "capabilities", frozenset())
 
 
+# Optional attributes other layers read off a backend, each with the value a backend without it stands for.
+# Read them through `optional`; a name not listed here is a KeyError there, so a new one is declared here first.
+OPTIONAL: dict[str, Any] = {
+    "chat": False,            # prompts go through the model's chat template (the campaign's and `vevo train`'s style)
+    "entry_name": None,       # the one function name its model ever learnt (see Backend)
+    "path": None,             # its local weights folder: a separate HF learner loads it (vllm + LoRA training),
+                              # `vevo train` copies its pretraining record
+    "tokenizer": None,        # the model's HF tokenizer (local backends: CoVRL encodes with it, `vevo train` saves it)
+    "eos_ids": frozenset(),   # token ids that end a completion (CoVRL's sampler)
+    "max_context": 0,         # prompt + completion tokens the model holds, 0: unknown (CoVRL's sampler)
+}
+# Optional methods, looked up with `method` (None where a backend has none):
+#   encode_prompt(prompt, max_tokens) -> (ids, dropped)  local backends: CoVRL builds its own prompts' ids
+#   sleep(), wake_up()          free / retake an engine's accelerator memory while a separate learner steps (vllm)
+#   pin_sampling() -> bool, unpin_sampling(), live_sampling() (a context manager)   hf (train.overlap): sample a
+#       pinned snapshot of the policy while a trainer updates the live model on another thread; pin_sampling
+#       returns False where nothing was pinned, live_sampling lets one thread (the learner's probe) sample the
+#       live model meanwhile
+OPTIONAL_METHODS = frozenset({"encode_prompt", "sleep", "wake_up", "pin_sampling", "unpin_sampling", "live_sampling"})
+
+
+def optional(backend: object, name: str) -> Any:
+    """The backend's optional attribute ``name`` (a key of OPTIONAL), or the default a backend without it has."""
+    return getattr(backend, name, OPTIONAL[name])
+
+
+def method(backend: object, name: str) -> Callable[..., Any] | None:
+    """The backend's optional method ``name`` (one of OPTIONAL_METHODS), None where it has none."""
+    if name not in OPTIONAL_METHODS:
+        raise KeyError(name)
+    fn = getattr(backend, name, None)
+    return fn if callable(fn) else None
+
+
 class Backend(Protocol):
     """generate(prompts, n) returns, for each prompt, a list of n completions (one group). Optional abilities
-    are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE) and implemented as named there.
-    A backend whose model only ever learnt one function name may set ``entry_name`` (the tiny one: "f"): the
-    campaign then shows each problem's entry point under that name and renames answers back
-    (``proposer/answers/naming.py``)."""
+    are declared in ``capabilities`` (see STATE, VERSIONED, ADAPTERS, TRAINABLE, CONCURRENT) and implemented as
+    named there. Other code may also read the optional attributes in OPTIONAL (``chat``, ``entry_name``,
+    ``path``, ``tokenizer``, ``eos_ids``, ``max_context``; through `optional`, which gives a backend without one
+    its default) and call the optional methods in OPTIONAL_METHODS (through `method`). A backend whose model
+    only ever learnt one function name may set ``entry_name`` (the tiny one: "f"): the campaign then shows
+    each problem's entry point under that name and renames answers back (``proposer/answers/naming.py``)."""
 
     name: str
     policy_version: int

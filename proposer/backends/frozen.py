@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from proposer.backends.base import Backend, Completion, SamplingParams
+from proposer.backends.base import Backend, Completion, SamplingParams, optional
 
 
 class FrozenAdapterView:
@@ -19,8 +19,8 @@ class FrozenAdapterView:
     def __init__(self, backend: Backend, name: str | None = None):
         self.inner = backend
         self.name = name or f"{getattr(backend, 'name', 'backend')}-frozen"
-        self.chat = getattr(backend, "chat", False)
-        self.entry_name = getattr(backend, "entry_name", None)  # the same model writes the same function name
+        self.chat = optional(backend, "chat")
+        self.entry_name = optional(backend, "entry_name")  # the same model writes the same function name
 
     def _adapter_off(self) -> Any:
         model = getattr(self.inner, "model", None)

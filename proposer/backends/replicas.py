@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from proposer.backends.base import CONCURRENT, AdapterState, Completion, SamplingParams
+from proposer.backends.base import CONCURRENT, AdapterState, Completion, SamplingParams, optional
 
 from proposer.errors import BackendError
 
@@ -42,7 +42,7 @@ class ReplicatedBackend(AdapterState):
         self.replicas = list(replicas)
         self.cooldown = float(cooldown)
         self.name = name or "replicas:" + ",".join(getattr(r, "name", "?") for r in self.replicas)
-        self.chat = getattr(self.replicas[0], "chat", False)
+        self.chat = optional(self.replicas[0], "chat")
         self.policy_version = int(getattr(self.replicas[0], "policy_version", 0))
         self.adapter_path: str | None = None
         self._calls = 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from proposer.backends.base import SamplingParams
+from proposer.backends.base import SamplingParams, optional
 from proposer.training.covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix,
                                      likelihood_target, posterior_prompt, prior_prompt, reasoning_end)
 from proposer.backends.logprobs import completion_logprobs
@@ -71,8 +71,8 @@ def sample_trajectories(backend, items: Sequence[tuple[str, str, int]], group: i
     """Hybrid sampling: for each (prompt, reference, group id), ``group`` trajectories, each from the prior
     template with probability alpha, else from the posterior. ``backend``: a trainable one (tiny / hf)."""
     tok = backend.tokenizer
-    eos = set(getattr(backend, "eos_ids", ()) or ())
-    max_ctx = int(getattr(backend, "max_context", 0) or 0)
+    eos = set(optional(backend, "eos_ids") or ())
+    max_ctx = int(optional(backend, "max_context") or 0)
     out: list[Trajectory] = []
     for k, (prompt, ref, gid) in enumerate(items):
         draws = rng.random(group) < cfg.alpha

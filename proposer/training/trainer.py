@@ -91,6 +91,20 @@ def ppo_loss(cur: torch.Tensor, old: torch.Tensor, ref: torch.Tensor | None, adv
     return loss, sums
 
 
+def movement_sums(new_lp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor,
+                  new_greedy: torch.Tensor | None = None, old_greedy: torch.Tensor | None = None) -> dict[str, float]:
+    """Pure: the token sums of how far a policy moved on tokens sampled by ~pi_old (the module docstring's
+    policy movement): ``policy_kl`` (r log r - r + 1, r = pi_new / pi_old), ``mean_abs_dlogp``, ``tokens`` and,
+    given both argmax tensors, ``greedy_changed``. Divide by ``tokens`` for the per-token means; the one formula
+    the trainer logs and the benches measure held-out prompts with."""
+    d = (new_lp - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    sums = {"policy_kl": float(((torch.exp(d) * d - torch.exp(d) + 1.0) * mask).sum()),
+            "mean_abs_dlogp": float((d.abs() * mask).sum()), "tokens": float(mask.sum())}
+    if new_greedy is not None and old_greedy is not None:
+        sums["greedy_changed"] = float(((new_greedy != old_greedy).float() * mask).sum())
+    return sums
+
+
 @dataclass
 class TrainConfig:
     lr: float = 1e-5  # AdamW learning rate
@@ -241,21 +255,19 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def _movement(self, plan, old, old_greedy) -> dict[str, float]:
-        """How far this step moved the policy, on the step's own completion tokens (sampled from ~pi_old):
-        policy_kl = mean_t (r log r - r + 1) with r = pi_new / pi_old: an importance estimate of KL(new || old)
-        per token that is never negative (E_old[r - 1] = 0 makes the control variate free),
-        mean_abs_dlogp = mean_t |log pi_new - log pi_old|, greedy_changed = fraction of positions whose argmax
-        token changed. One forward without gradients."""
-        kl = dlp = changed = tok = 0.0
+        """How far this step moved the policy, on the step's own completion tokens (sampled from ~pi_old), as
+        `movement_sums` measures it: policy_kl = mean_t (r log r - r + 1) with r = pi_new / pi_old, an importance
+        estimate of KL(new || old) per token that is never negative (E_old[r - 1] = 0 makes the control variate
+        free), mean_abs_dlogp = mean_t |log pi_new - log pi_old|, greedy_changed = fraction of positions whose
+        argmax token changed. One forward without gradients."""
+        total = dict.fromkeys(("policy_kl", "mean_abs_dlogp", "greedy_changed", "tokens"), 0.0)
         for mb, olds, greedy in zip(plan, old, old_greedy):
             for chunk, old_lp, g_old in zip(mb, olds, greedy):
                 new_lp, mask, g_new = self._logprobs(chunk, with_argmax=True)
-                d = (new_lp - old_lp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-                kl += float(((torch.exp(d) * d - torch.exp(d) + 1.0) * mask).sum())
-                dlp += float((d.abs() * mask).sum())
-                changed += float(((g_new != g_old).float() * mask).sum())
-                tok += float(mask.sum())
-        return {"policy_kl": kl / tok, "mean_abs_dlogp": dlp / tok, "greedy_changed": changed / tok} if tok else {}
+                for k, v in movement_sums(new_lp, old_lp, mask, g_new, g_old).items():
+                    total[k] += v
+        tok = total.pop("tokens")
+        return {k: v / tok for k, v in total.items()} if tok else {}
 
     @torch.no_grad()
     def _ref_logprobs(self, samples: Sequence[TrainSample]) -> torch.Tensor:

@@ -132,3 +132,37 @@ def test_ci95_matches_the_t_formula():
     assert m == 4.0 and abs(h - 2.776 * np.std([3, 5, 4, 6, 2], ddof=1) / np.sqrt(5)) < 1e-12
     assert ci95([7]) == (7.0, 0.0) and ci95([]) == (0.0, 0.0)
     assert abs(ci95(list(range(100)))[1] - 1.9842 * np.std(range(100), ddof=1) / 10) < 1e-3  # t_{0.975, 99}
+
+
+def test_the_ui_store_folds_the_curve_vevo_curves_writes(tmp_path):
+    """One fold (`CurveFold`): the UI store, reading a live archive in two looks, gives the pass@t and best@t
+    `vevo curves --csv` writes for the finished one."""
+    from evolve.cli import main
+    from evolve.ui.store import RunStore
+
+    run = tmp_path / "run"
+    run.mkdir()
+    with Archive(run / "archive.db") as a:
+        a.set_meta("problems", json.dumps(["p", "q", "r"]))
+        a.record_iteration(0, [], [prog("p", 0.2), prog("q", 0.0)], {}, None)
+        a.record_iteration(1, [], [prog("p", 0.5), prog("q", 1.0, solved=True)], {}, None)
+        store = RunStore("run", run)
+        assert [p[3] for p in store.curve_points()] == [0, 1]  # a first look while the run is live
+        a.record_iteration(2, [], [], {}, None)
+        a.record_iteration(3, [], [prog("p", 1.0, solved=True), prog("r", 0.3), prog("p", 0.1)], {}, None)
+        a.record_iteration(4, [], [prog("r", -0.5)], {}, None)
+    ui = [(p[0], p[3], p[4]) for p in store.curve_points()]
+    store.close()
+    assert main(["curves", str(run), "--csv", "--out", str(tmp_path / "c.png")]) == 0
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    cli = [(int(r["x"]), float(r["solved_mean"]), float(r["best_mean"])) for r in rows]
+    assert [u[:2] for u in ui] == [c[:2] for c in cli] == [(0, 0), (1, 1), (2, 1), (3, 2), (4, 2)]
+    assert np.allclose([u[2] for u in ui], [c[2] for c in cli])
+    assert ui[-1][2] == pytest.approx(2.3 / 3)
+
+
+def test_on_clock_puts_an_iteration_curve_on_the_run_clock():
+    from evolve.curves import on_clock
+
+    secs, ys = on_clock([0, 1, 2, 3], [0.1, 0.2, 0.3, 0.4], [1, 3], [5.0, 9.5])
+    assert secs.tolist() == [0.0, 5.0, 9.5] and ys.tolist() == [0.1, 0.2, 0.4]  # iteration 2 has no clock

@@ -11,7 +11,7 @@ from evaluators.pool import SandboxPool
 from evolve.archive import Archive
 from evolve.campaign import Campaign
 from evolve.config import load_config
-from evolve.hooks import TrainerHook
+from evolve.hooks import CampaignView, TrainerHook
 from problems.suites import SUITES
 from proposer.backends.base import CONCURRENT, VERSIONED, Completion
 from proposer.answers.parsing import format_answers
@@ -56,11 +56,16 @@ class RecordingHook:
     def __init__(self, backend: SeededBackend, depth: int, last: int):
         self.backend, self.depth, self.last = backend, depth, last
         self.events: list[tuple] = []
+        self.unseen: set[str] = set()  # what `CampaignView` promises a trainer and the campaign lacked
+
+    def saw(self, camp) -> None:
+        self.unseen |= {k for k in CampaignView.__annotations__ if not hasattr(camp, k)}
 
     def due(self, iteration: int) -> bool:
         return iteration % 3 == 0
 
     def __call__(self, camp, iteration: int) -> None:
+        self.saw(camp)
         self.events.append(("call", iteration, camp.iteration, camp.archive.last_iteration()))
         if self.due(iteration):
             prepared = range(iteration + 1, min(iteration + self.depth, self.last) + 1)
@@ -71,6 +76,7 @@ class RecordingHook:
         self.events.append(("drain", camp.iteration))
 
     def on_restore(self, camp) -> None:
+        self.saw(camp)
         self.events.append(("restore", camp.iteration, camp.archive.last_iteration()))
 
 
@@ -117,6 +123,7 @@ def test_hook_order_steps_after_generation_and_restore_on_resume(tmp_path):
         finally:
             camp.close()
     assert again.events[0] == ("restore", 9, 9)  # first, before anything new is prepared
+    assert hook.unseen == again.unseen == set()  # the campaign is the view the trainer is typed against
     assert [e for e in again.events if e[0] == "call"] == [("call", t, t, t) for t in range(10, 13)]
     with Archive(run / "archive.db", readonly=True) as a:
         versions = {g.iteration: {c.policy_version for c in g.completions} for g in a.recent_groups(100)}

@@ -29,7 +29,7 @@ def _one_step_heldout_kl(pool, **train) -> tuple[float, dict]:
     from proposer.training.estimators import vpo_advantage
     from proposer.training.lora import wrap_lora
     from proposer.backends.logprobs import completion_logprobs
-    from proposer.training.trainer import PolicyTrainer, TrainSample
+    from proposer.training.trainer import PolicyTrainer, TrainSample, movement_sums
 
     cfg = CampaignConfig(train={"algo": "vpo", **train})
     torch.manual_seed(0)
@@ -63,9 +63,8 @@ def _one_step_heldout_kl(pool, **train) -> tuple[float, dict]:
     stats = trainer.step([TrainSample.from_completion(c, float(a)) for c, a in zip(comps, adv)])
     with torch.no_grad():
         after, _ = completion_logprobs(model, *args)
-    d = (after - before).clamp(-20, 20)
-    kl = float(((d.exp() * d - d.exp() + 1) * mask).sum() / mask.sum())
-    return kl, stats
+    moved = movement_sums(after, before, mask)
+    return moved["policy_kl"] / moved["tokens"], stats
 
 
 def test_one_step_at_the_defaults_moves_the_policy_on_heldout_prompts(pool):

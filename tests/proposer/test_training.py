@@ -246,6 +246,19 @@ def test_policy_movement_is_measured_against_an_independent_computation():
     assert st["greedy_changed"] == pytest.approx(changed / n)
 
 
+def test_movement_sums_is_the_per_token_formula_and_ignores_masked_positions():
+    from proposer.training.trainer import movement_sums
+
+    old = torch.tensor([[-1.0, -2.0, -3.0]])
+    new = torch.tensor([[-1.0, -1.5, 50.0]])  # the last position is padding (mask 0): never counted
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    s = movement_sums(new, old, mask, torch.tensor([[4, 5, 6]]), torch.tensor([[4, 7, 7]]))
+    d = 0.5
+    assert s["tokens"] == 2.0 and s["greedy_changed"] == 1.0 and s["mean_abs_dlogp"] == pytest.approx(d)
+    assert s["policy_kl"] == pytest.approx(np.exp(d) * d - np.exp(d) + 1) and s["policy_kl"] > 0
+    assert "greedy_changed" not in movement_sums(old, old, mask) and movement_sums(old, old, mask)["policy_kl"] == 0
+
+
 # ------------------------------------------------------------------------------------------ the lean step
 def _group(n=8, seed=0, model=None):
     """A campaign-shaped group: one prompt, n completions of different lengths, behaviour log-probs, advantages."""

@@ -241,6 +241,14 @@ def _sleeper_pid(u, bystander: subprocess.Popen) -> int:
     raise AssertionError("bystander did not start")
 
 
+def skip_unless_mode(mode: str) -> None:
+    """Skip where this kernel cannot give the mode (user namespaces, or Landlock) to an ordinary user."""
+    if mode == "userns" and not sandbox.userns_probe()[0]:
+        pytest.skip(sandbox.userns_probe()[1])
+    if mode == "landlock" and not landlock.abi()[0]:
+        pytest.skip(landlock.abi()[1])
+
+
 @pytest.mark.parametrize("mode", ["userns", "landlock"])
 def test_every_attack_class_is_contained_as_an_ordinary_user(user, shared_dir, mode):
     u, py = user
@@ -345,10 +353,7 @@ def test_started_from_the_home_no_candidate_sees_the_home(user, shared_dir, mode
     from tests.sandbox_helpers import snooper
 
     u, py = user
-    if mode == "userns" and not sandbox.userns_probe()[0]:
-        pytest.skip(sandbox.userns_probe()[1])
-    if mode == "landlock" and not landlock.abi()[0]:
-        pytest.skip(landlock.abi()[1])
+    skip_unless_mode(mode)
     home = Path(u.pw_dir)
     folder = _problem(shared_dir)
     sock_path = home / "agent.sock"
@@ -396,10 +401,7 @@ def test_a_candidate_cannot_change_limits_or_priority_of_another_process(user, s
     from tests.sandbox_helpers import meddler
 
     u, py = user
-    if mode == "userns" and not sandbox.userns_probe()[0]:
-        pytest.skip(sandbox.userns_probe()[1])
-    if mode == "landlock" and not landlock.abi()[0]:
-        pytest.skip(landlock.abi()[1])
+    skip_unless_mode(mode)
     folder = _problem(shared_dir)
     honest = "def solve(xs):\n    return sum(x * x for x in xs)\n"
     force = ("userns",) if mode == "landlock" else ()
@@ -439,10 +441,7 @@ def test_disk_budget_fork_chains_and_forged_metrics_as_an_ordinary_user(user, sh
     from tests.sandbox_helpers import PICKLE_FORGERIES
 
     u, py = user
-    if mode == "userns" and not sandbox.userns_probe()[0]:
-        pytest.skip(sandbox.userns_probe()[1])
-    if mode == "landlock" and not landlock.abi()[0]:
-        pytest.skip(landlock.abi()[1])
+    skip_unless_mode(mode)
     folder = _problem(shared_dir)
     toml = folder / "problem.toml"
     toml.write_text(toml.read_text() + "\n[resources]\ndisk_mb = 32\n")
@@ -597,10 +596,7 @@ def test_openevolve_probes_give_openevolves_results_as_an_ordinary_user(user, sh
     from tests.openevolve_helpers import PROBE_EXPECTED, PROBES
 
     u, py = user
-    if mode == "userns" and not sandbox.userns_probe()[0]:
-        pytest.skip(sandbox.userns_probe()[1])
-    if mode == "landlock" and not landlock.abi()[0]:
-        pytest.skip(landlock.abi()[1])
+    skip_unless_mode(mode)
     names = [n for n in sorted(PROBE_EXPECTED) if n != "stage_timeout" and not (mode == "landlock" and n == "shm")]
     programs = []
     for n in names:

@@ -121,6 +121,8 @@ def line_chart(series: Sequence[tuple[str, Sequence[Point], Sequence[tuple[float
         if pts:
             parts.append(f"<polyline class='series' data-label='{e(label)}' data-points='{len(pts)}' "
                          f"points='{path(pts)}' fill='none' stroke='{colour}' stroke-width='2'/>")
+        if len(pts) == 1:  # a line of one point draws nothing: show the point (a run's single probe, say)
+            parts.append(f"<circle cx='{sx(pts[0][0]):.1f}' cy='{sy(pts[0][1]):.1f}' r='3' fill='{colour}'/>")
         parts.append(f"<rect x='{ml + 8}' y='{mt + 6 + 14 * i}' width='10' height='3' fill='{colour}'/>"
                      f"<text x='{ml + 22}' y='{mt + 11 + 14 * i}' font-size='10'>{e(label)}</text>")
     parts.append("</svg>")

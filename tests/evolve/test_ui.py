@@ -482,6 +482,14 @@ def test_a_port_in_use_is_a_one_line_error_that_opens_no_run(finished):
 
 # ---------------------------------------------------------------------------------------------- pure parts
 
+def test_a_series_of_one_point_is_drawn_as_a_dot():
+    from evolve.ui.charts import line_chart
+
+    one = line_chart([("a", [(10.0, 0.2)], None)], "probe_own", "iteration")
+    two = line_chart([("a", [(10.0, 0.2), (20.0, 0.3)], None)], "probe_own", "iteration")
+    assert one.count("<circle") == 1 and "<circle" not in two
+
+
 def test_escape_makes_controls_visible():
     assert e("<a href=\"javascript:x\">") == "&lt;a href=&quot;javascript:x&quot;&gt;"
     assert e("a\u202eb\x1b[31mc\u2066") == "a\\u202eb\\x1b[31mc\\u2066"

@@ -50,14 +50,18 @@ def test_reached_names_the_first_budget_in_order():
     assert limits({"evaluations": None, "seconds": 2.5}) == {"seconds": 2.5}
 
 
-def test_budget_evaluations_stops_at_first_commit_reaching_it(tmp_path):
+def replay_run_with_budget(tmp_path: Path, iterations: int, *budget: str) -> tuple[Path, dict, list]:
+    """A replay campaign over PROBS stopped by ``budget`` (flags): its folder, `runs show --json`, its iterations."""
     replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
     run = tmp_path / "run"
-    vevo("run", *IDS, "--proposer", f"replay:{replay}", "--iterations", "5000", *BASE,
-         "--budget-evaluations", "60", "--out", str(run))
-    s = show(run)
+    vevo("run", *IDS, "--proposer", f"replay:{replay}", "--iterations", str(iterations), *BASE, *budget,
+         "--out", str(run))
+    return run, show(run), per_iteration(run)
+
+
+def test_budget_evaluations_stops_at_first_commit_reaching_it(tmp_path):
+    run, s, rows = replay_run_with_budget(tmp_path, 5000, "--budget-evaluations", "60")
     assert s["stopped_by"] == "budget.evaluations" and s["status"] == "finished"
-    rows = per_iteration(run)
     assert rows[-1][1] >= 60 and rows[-2][1] < 60  # stopped at the first commit that reached it
     assert s["evaluations"] == rows[-1][1] and s["iterations"] == rows[-1][0] < 5000
     from evolve.ui.store import RunStore
@@ -108,13 +112,8 @@ def test_budget_survives_kill_nine_and_resume(tmp_path, depth):
 
 
 def test_budget_seconds_stops_on_the_run_clock(tmp_path):
-    replay = pbe_replay(tmp_path / "r.jsonl", PROBS)
-    run = tmp_path / "run"
-    vevo("run", *IDS, "--proposer", f"replay:{replay}", "--iterations", "1000000", *BASE,
-         "--budget-seconds", "1.5", "--out", str(run))
-    s = show(run)
+    run, s, rows = replay_run_with_budget(tmp_path, 1000000, "--budget-seconds", "1.5")
     assert s["stopped_by"] == "budget.seconds"
-    rows = per_iteration(run)
     assert rows[-1][3] >= 1.5 > rows[-2][3]
     assert s["compute"]["wall_seconds"] == pytest.approx(rows[-1][3])
 

@@ -211,7 +211,7 @@ class CampaignTrainer:
     def _overlaps(self, camp: CampaignView) -> bool:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
         return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
-                    and self.covrl is None and len(getattr(camp, "members", {})) <= 1
+                    and self.covrl is None and len(camp.members) <= 1
                     and method(self.backend, "pin_sampling") is not None)
 
     def join(self, camp: CampaignView) -> None:

@@ -47,8 +47,9 @@ SUITE = "pbe-hard-heldout"
 SCHEDULE = ["--train-every", "10", "--train-batch", "8", "--train-group", "2", "--train-probe-every", "5"]
 
 
-def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None) -> None:
-    """One campaign of ``SUITE`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
+def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | None = None,
+        suite: str = SUITE) -> None:
+    """One campaign of ``suite`` through the CLI; ``flags`` (default ``--train ARM``) set the arm. A finished
     run is read, not rerun; an unfinished or killed one (or one with a raised budget) is resumed."""
     from evolve.archive import Archive, archive_path
 
@@ -65,7 +66,7 @@ def run(run_dir: Path, arm: str, seed: int, iterations: int, flags: list[str] | 
         args = ["resume", str(run_dir), "--iterations", str(iterations)]  # unfinished, or a raised budget
     else:
         arm_flags = flags if flags is not None else ["--train", arm, *SCHEDULE]
-        args = ["run", "--quiet", "--suite", SUITE, "--proposer", "tiny", "--iterations", str(iterations),
+        args = ["run", "--quiet", "--suite", suite, "--proposer", "tiny", "--iterations", str(iterations),
                 "--seed", str(seed), *arm_flags, "--out", str(run_dir)]
     subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
 
@@ -97,7 +98,7 @@ def measure(run_dir: Path, iterations: int) -> dict:
     auc, at_t = _area(xs, best, iterations, 1.0)
     kept = seed_result(-1, summary)  # per problem: first solve iteration (None: never) and best scalar
     return {"best_auc": auc, "best": at_t, "solved": _area(xs, solved, iterations, 1.0)[1],
-            "per_problem": kept["per_problem"], "stopped_by": kept["stopped_by"],
+            "per_problem": kept["per_problem"], "evaluations": kept["evaluations"], "stopped_by": kept["stopped_by"],
             "curve": (xs.tolist(), best.tolist(), solved.tolist()), "clock": (it.tolist(), wall.tolist()),
             "account": account(metrics, training), "learning": learning(training)}
 

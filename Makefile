@@ -43,7 +43,7 @@ demo: $(STAMP)
 	@echo "open $(DEMO_OUT)/curves.png and $(DEMO_OUT)/report/index.html; live view: $(VENV)/bin/vevo ui none=$(DEMO_OUT)/none vpo=$(DEMO_OUT)/vpo"
 
 bench: $(STAMP)
-	$(PY) bench/eval_throughput.py
+	$(PY) bench/perf/eval_throughput.py
 
 # build litter only: runs/ holds your campaigns (the README's --out runs/mine) and is never removed by make
 clean:

@@ -12,7 +12,7 @@ query here uses exist; add others to a copy for ad-hoc analysis.
 
 `synchronous=NORMAL` (default): with WAL, a committed iteration survives kill -9 of the campaign (contract 2);
 only a power loss or OS crash could drop the last few commits. ``durable=True`` selects FULL: one fsync per
-iteration, which made up most of the loop's own overhead in bench/loop_overhead.py (2-10 ms/iteration on a
+iteration, which made up most of the loop's own overhead in bench/perf/loop_overhead.py (2-10 ms/iteration on a
 busy disk), so it is opt-in (config ``archive_sync: full``).
 """
 from __future__ import annotations
@@ -107,10 +107,25 @@ CREATE INDEX IF NOT EXISTS programs_solved ON programs(problem, iteration) WHERE
 CREATE INDEX IF NOT EXISTS groups_problem ON "groups"(problem, id);
 """
 
-_PROGRAM_COLS = ("id, problem, island, iteration, parent_ids, code, code_hash, vector, scalar, solved, status, "
+PROGRAM_COLUMNS = ("id, problem, island, iteration, parent_ids, code, code_hash, vector, scalar, solved, status, "
                  "artifacts, policy_version, completion_id, answer_index, eval_index, staleness, ast_hash")
-_COMPLETION_COLS = ("id, group_id, idx, text, answers, answer_vectors, token_ids, logprobs, prompt_token_ids, "
+COMPLETION_COLUMNS = ("id, group_id, idx, text, answers, answer_vectors, token_ids, logprobs, prompt_token_ids, "
                     "policy_version, sampling, finish_reason")
+
+
+# each table's row as `bulk_insert` takes it: the columns, in order (a synthetic archive for the benches)
+TABLE_COLUMNS = {"groups": "id, problem, island, iteration, parent_id, prompt, policy_version, n, m",
+                 "completions": COMPLETION_COLUMNS, "programs": PROGRAM_COLUMNS, "metrics": "iteration, data",
+                 "portfolio": "iteration, member, policy_version, reward, data", "state": "key, iteration, value"}
+
+
+def bulk_insert(conn: sqlite3.Connection, table: str, rows: Sequence[tuple]) -> None:
+    """Raw rows into one table, in the caller's transaction, values already encoded (`encode_json`,
+    `encode_numbers`): how `bench/perf/loop_overhead.py` writes a 100k-program archive in seconds. The loop
+    itself writes through `Archive.commit_iteration`; nothing here checks a row."""
+    cols = TABLE_COLUMNS[table]
+    quoted = '"groups"' if table == "groups" else table
+    conn.executemany(f"INSERT INTO {quoted}({cols}) VALUES ({', '.join('?' * (cols.count(',') + 1))})", rows)
 
 
 def _json_default(o: Any) -> Any:
@@ -124,22 +139,22 @@ def _json_default(o: Any) -> Any:
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=_json_default)
 
 
-def _dumps(obj: Any) -> str:
+def encode_json(obj: Any) -> str:
     """Canonical JSON (sorted keys, compact) so the same run writes byte-identical archives (contract 3).
     One encoder for all calls: building one per call was a tenth of the loop's own time."""
     return _ENCODER.encode(obj)
 
 
-def _dumps_numbers(values: list[float] | list[int]) -> str:
-    """_dumps of a flat list of floats or ints (not bools), without the encoder's per-call setup (vectors and
+def encode_numbers(values: list[float] | list[int]) -> str:
+    """encode_json of a flat list of floats or ints (not bools), without the encoder's per-call setup (vectors and
     parent ids are most of an iteration's encodes). json writes floats with float.__repr__ too; NaN and infinities, whose repr
     differs, contain an "n" and go through the encoder."""
     text = "[" + ",".join(map(repr, values)) + "]"
-    return _dumps(values) if "n" in text else text
+    return encode_json(values) if "n" in text else text
 
 
 def _dumps_opt(obj: Any) -> str | None:
-    return None if obj is None else _dumps(obj)
+    return None if obj is None else encode_json(obj)
 
 
 def _loads_opt(text: str | None) -> Any:
@@ -328,7 +343,7 @@ class TrainingRow(NamedTuple):
 
 class PortfolioRecord(NamedTuple):
     """What one iteration's portfolio row holds: the member that proposed it, its policy version, the reward the
-    batch brought and the bandit's state after it (evolve/portfolio.py)."""
+    batch brought and the bandit's state after it (evolve/policies/portfolio.py)."""
     member: str
     policy_version: int
     reward: float
@@ -449,7 +464,7 @@ class Archive:
 
     def __init__(self, path: str | Path, readonly: bool = False, durable: bool = False):
         self.path = Path(path)
-        self._program_cols = _PROGRAM_COLS
+        self._program_cols = PROGRAM_COLUMNS
         self.readonly = readonly
         self._lock = threading.RLock()
         if readonly:
@@ -464,7 +479,7 @@ class Archive:
                 raise ArchiveError(f"{self.path}: not a vevo archive (no vevo tables)")
             self.version = self.get_meta("archive_version", "1")
             if not _has_ast_hash(self._conn):  # read-only, from before the column: the hashes read as None
-                self._program_cols = _PROGRAM_COLS.replace(", ast_hash", ", NULL")
+                self._program_cols = PROGRAM_COLUMNS.replace(", ast_hash", ", NULL")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
@@ -571,7 +586,7 @@ class Archive:
 
         Iterations must increase. Programs get consecutive eval_index values after those already recorded.
         state: the checkpoint entries that changed (name -> JSON value), each replacing its previous value.
-        portfolio: the proposer member of the iteration, its reward and the bandit's state (evolve/portfolio.py).
+        portfolio: the proposer member of the iteration, its reward and the bandit's state (evolve/policies/portfolio.py).
         Text SQLite cannot encode (lone surrogates) is stored escaped; the failed attempt was rolled back."""
         try:
             return self._record_iteration(iteration, groups, programs, metrics, state, portfolio)
@@ -596,13 +611,13 @@ class Archive:
                      g.m)).lastrowid
                 for comp in g.completions:
                     cid = c.execute(
-                        f"INSERT INTO completions({_COMPLETION_COLS.split(', ', 1)[1]}) "
+                        f"INSERT INTO completions({COMPLETION_COLUMNS.split(', ', 1)[1]}) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (gid, comp.idx, comp.text, _dumps(list(comp.answers)),
-                         "[" + ",".join(_dumps_numbers(_floats(v)) for v in comp.answer_vectors) + "]",
+                        (gid, comp.idx, comp.text, encode_json(list(comp.answers)),
+                         "[" + ",".join(encode_numbers(_floats(v)) for v in comp.answer_vectors) + "]",
                          _dumps_opt(comp.token_ids),
                          _dumps_opt(comp.logprobs), _dumps_opt(comp.prompt_token_ids), comp.policy_version,
-                         _dumps(comp.sampling), comp.finish_reason)).lastrowid
+                         encode_json(comp.sampling), comp.finish_reason)).lastrowid
                     completion_of[(gi, comp.idx)] = (cid, comp.policy_version)
             eval_index = c.execute("SELECT COALESCE(MAX(eval_index), 0) FROM programs").fetchone()[0]
             first_id = c.execute("SELECT COALESCE(MAX(id), 0) FROM programs").fetchone()[0] + 1
@@ -619,28 +634,28 @@ class Archive:
                 ev = p.evaluation
                 eval_index += 1
                 rows.append((first_id + len(rows), p.problem, p.island, iteration,
-                             _dumps_numbers([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
-                             _dumps_numbers(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
-                             _dumps(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness,
+                             encode_numbers([int(i) for i in p.parent_ids]), p.code, code_hash(p.code),
+                             encode_numbers(_floats(ev.vector)), float(ev.scalar), int(bool(ev.solved)), ev.status,
+                             encode_json(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness,
                              p.ast_hash))
             # one statement for all programs; ids are explicit (single writer inside BEGIN IMMEDIATE)
-            c.executemany(f"INSERT INTO programs({_PROGRAM_COLS}) VALUES ({', '.join('?' * 18)})", rows)
+            c.executemany(f"INSERT INTO programs({PROGRAM_COLUMNS}) VALUES ({', '.join('?' * 18)})", rows)
             ids = [r[0] for r in rows]
-            c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, _dumps(metrics or {})))
+            c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, encode_json(metrics or {})))
             if portfolio is not None:
                 c.execute("INSERT INTO portfolio(iteration, member, policy_version, reward, data) "
                           "VALUES (?, ?, ?, ?, ?)",
                           (iteration, portfolio.member, portfolio.policy_version, float(portfolio.reward),
-                           _dumps(portfolio.data)))
+                           encode_json(portfolio.data)))
             if state:
                 c.executemany("INSERT OR REPLACE INTO state(key, iteration, value) VALUES (?, ?, ?)",
-                              [(str(k), iteration, _dumps(v)) for k, v in state.items()])
+                              [(str(k), iteration, encode_json(v)) for k, v in state.items()])
         return ids
 
     def record_training(self, step: int, policy_version: int, data: dict[str, Any]) -> None:
         with self._transaction() as c:
             c.execute("INSERT INTO training(step, policy_version, data) VALUES (?, ?, ?)",
-                      (step, policy_version, _dumps(data)))
+                      (step, policy_version, encode_json(data)))
 
     def set_meta(self, key: str, value: str) -> None:
         """meta is the one mutable table (config, seed, problem list): a key is overwritten."""
@@ -690,7 +705,7 @@ class Archive:
         for i in range(0, len(ids), chunk):
             part = ids[i:i + chunk]
             out += [_program_row(r) for r in self._query(
-                f"SELECT {_PROGRAM_COLS} FROM programs WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part)]
+                f"SELECT {PROGRAM_COLUMNS} FROM programs WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part)]
         return out
 
     def restore_rows(self, through: int, page: int = 20_000) -> Iterator[tuple]:
@@ -782,7 +797,7 @@ class Archive:
         rows = {g[0]: g for g in self._query('SELECT id, problem, island, iteration, parent_id, prompt, '
                                              f'policy_version, n, m FROM "groups" WHERE id IN ({marks})', ids)}
         by_group: dict[int, list[CompletionRow]] = {i: [] for i in rows}
-        for r in self._query(f"SELECT {_COMPLETION_COLS} FROM completions WHERE group_id IN ({marks}) "
+        for r in self._query(f"SELECT {COMPLETION_COLUMNS} FROM completions WHERE group_id IN ({marks}) "
                              "ORDER BY group_id, idx", ids):
             by_group[r[1]].append(_completion_row(r))
         return [GroupRow(*rows[i], completions=tuple(by_group[i])) for i in ids if i in rows]
@@ -840,7 +855,7 @@ class Archive:
         return out
 
     def warnings(self) -> list[tuple[int, str]]:
-        """(iteration, text) of every run-health warning the campaign raised (``evolve/health.py``), in order."""
+        """(iteration, text) of every run-health warning the campaign raised (``evolve/search/health.py``), in order."""
         rows = self._query("SELECT iteration, data FROM metrics WHERE instr(data, '\"warnings\"') > 0 "
                            "ORDER BY iteration")
         return [(it, str(w)) for it, d in rows for w in (json.loads(d).get("warnings") or [])]

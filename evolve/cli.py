@@ -237,7 +237,7 @@ def _write_imported(probs, out: Path, rep) -> None:
 def cmd_eval_program(args) -> int:
     from evaluators.types import error_text
 
-    from .config import MAX_EVAL_TIMEOUT
+    from .config.schema import MAX_EVAL_TIMEOUT
 
     if args.timeout is not None and not 0 < args.timeout <= MAX_EVAL_TIMEOUT:  # also refuses nan and inf
         raise UserError(f"--timeout {args.timeout}: expected seconds in (0, {MAX_EVAL_TIMEOUT:g}]")
@@ -276,7 +276,7 @@ def cmd_doctor(args) -> int:
 # ------------------------------------------------------------------ campaigns
 
 def cmd_defaults(args) -> int:
-    from .defaults_table import markdown, text
+    from .config.defaults_table import markdown, text
 
     print(markdown() if args.markdown else text(), end="\n" if not args.markdown else "")
     return 0
@@ -303,7 +303,7 @@ def _set_overrides(items: list[str]) -> dict:
     YAML (1e-4, true, [a, b], null); a later one wins."""
     import yaml
 
-    from .config import NULL
+    from .config.schema import NULL
 
     out: dict = {}
     for item in items or []:
@@ -330,15 +330,15 @@ def _reporter(args):
 
 
 def cmd_run(args) -> int:
-    from .arms import parse_seeds
+    from .analysis.arms import parse_seeds
 
     seeds = parse_seeds(args.seeds) if args.seeds is not None else None
     if seeds is not None and args.seed is not None:
         raise UserError("--seed and --seeds: give one of them")
     with _reporter(args) as rep:
         rep.phase("reading the config", announce=False)  # the JSON log only: a bad config is the one line
-        from .config import flag_value, load_config, run_flags
-        from .runner import start, start_seeds
+        from .config.schema import flag_value, load_config, run_flags
+        from .launch.runner import start, start_seeds
 
         overrides = {}
         for f in run_flags():
@@ -362,7 +362,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from .runner import is_seeds_folder, resume, resume_seeds
+    from .launch.runner import is_seeds_folder, resume, resume_seeds
 
     budget = {k: getattr(args, f"budget_{k}") for k in ("evaluations", "seconds", "tokens")
               if getattr(args, f"budget_{k}") is not None}
@@ -412,7 +412,7 @@ def _flat_summary(s: dict) -> dict:
 
 def _seeds_summary(results, rep, folder: Path) -> None:
     """Each seed's summary as its run ends, then the arm's mean with its 95% interval."""
-    from .curves import ci95
+    from .analysis.curves import ci95
 
     solved, done = [], []
     for seed, run_dir, summary in results:
@@ -467,7 +467,7 @@ def _open_run(run_dir: str):
 
 def cmd_runs_show(args) -> int:
     from .archive import archive_path
-    from .arms import expand, seed_runs
+    from .analysis.arms import expand, seed_runs
 
     if args.program is not None:
         if not archive_path(args.run_dir).is_file() and seed_runs(args.run_dir):
@@ -481,8 +481,8 @@ def cmd_runs_show(args) -> int:
         return 0
     from collections import Counter
 
-    from .arms import SEED_DIR
-    from .curves import ci95
+    from .analysis.arms import SEED_DIR
+    from .analysis.curves import ci95
 
     seeds = [dict(seed=int(SEED_DIR.fullmatch(r.name).group(1)), run_dir=str(r), **_run_summary(r)) for r in runs]
     mean, half = ci95([x["solved"] for x in seeds])
@@ -501,11 +501,11 @@ def cmd_runs_show(args) -> int:
 def _run_summary(run_dir) -> dict:
     """`vevo runs show`'s summary of one run folder, with its status (evolve/liveness.py)."""
     from . import liveness
-    from .campaign import summarize
-    from .compute import account
-    from .config_legacy import upgrade
-    from .portfolio_stats import member_stats
-    from .probe import learning
+    from .search.campaign import summarize
+    from .analysis.account import account
+    from .config.legacy import upgrade
+    from .analysis.portfolio_stats import member_stats
+    from .training.probe import learning
 
     with _open_run(str(run_dir)) as a:
         s = summarize(a)
@@ -532,7 +532,7 @@ _STATUS_WORDS = {
 
 
 def _print_run(run_dir: Path, s: dict, code: bool = False) -> None:
-    from .compute import describe
+    from .analysis.account import describe
 
     _print_summary(run_dir, s)
     why = {"iterations": "its iterations are spent", "solved": "every problem solved"}.get(
@@ -561,7 +561,7 @@ def _print_run(run_dir: Path, s: dict, code: bool = False) -> None:
 
 
 def _show_program(args) -> int:
-    from .program_view import program_view, render
+    from .analysis.program_view import program_view, render
 
     with _open_run(args.run_dir) as a:
         view = program_view(a, args.program)
@@ -574,10 +574,10 @@ def _show_program(args) -> int:
 def cmd_export(args) -> int:
     import csv
 
-    from .arms import expand, run_seed
+    from .analysis.arms import expand, run_seed
 
-    if args.format == "traces":  # one record per group, for learners (evolve/traces.py, docs/TRACES.md)
-        from .traces import export_traces
+    if args.format == "traces":  # one record per group, for learners (evolve/analysis/traces.py, docs/TRACES.md)
+        from .analysis.traces import export_traces
 
         man = export_traces(args.run_dir, args.out)
         print(f"exported {man['groups']} groups ({man['completions']} completions) of "
@@ -614,7 +614,7 @@ def _labelled_runs(runs: list[str], labels: list[str]) -> dict[str, list[str]]:
     """Run folders by label, as `curves` and `report` take them: RUN is labelled by its folder name, NAME=RUN
     (positional or --label) by NAME. Runs sharing a label are seeds of one setting, averaged together; a seeds
     folder (`vevo run --seeds`) is one label with all its seeds."""
-    from .arms import expand
+    from .analysis.arms import expand
 
     out: dict[str, list[str]] = {}
     for spec, must_name in [(r, False) for r in runs] + [(spec, True) for spec in labels]:
@@ -638,7 +638,7 @@ def _run_spec(spec: str, must_name: bool = False) -> tuple[str, str]:
 
 
 def cmd_curves(args) -> int:
-    from . import curves
+    from .analysis import curves
     from .archive import archive_path
 
     runs = _labelled_runs(args.runs, args.label)
@@ -662,7 +662,8 @@ def _first_folder(args) -> Path:
 
 
 def cmd_report(args) -> int:
-    from . import arms, report
+    from .analysis import arms
+    from .ui import report
 
     runs = _labelled_runs(args.runs, args.label)
     out = Path(args.out) if args.out else _first_folder(args) / "report"
@@ -729,7 +730,7 @@ TRAIN_ONLY_IN_CAMPAIGNS = ("train.every", "train.replay_older", "train.covrl.sha
 
 def _train_config(args):
     """`vevo train`'s run config: --config FILE, then its flags, then --set; the defaults are a campaign's."""
-    from .config import flag_value, load_config, run_flags
+    from .config.schema import flag_value, load_config, run_flags
 
     over = {key: getattr(args, flag) for flag, key in TRAIN_FLAG_KEYS.items() if getattr(args, flag, None) is not None}
     if args.full:
@@ -748,12 +749,12 @@ def _train_config(args):
 
 
 def _train_traces(args, cfg, rep):
-    """`vevo train --traces DIR`: offline RL on recorded groups (evolve/traces_training.py); --suite / --problem
+    """`vevo train --traces DIR`: offline RL on recorded groups (evolve/training/traces.py); --suite / --problem
     select the groups' problems (none: all), the probes run on those the registry knows."""
     from proposer.backends import make_backend
 
-    from .traces import load_traces, select
-    from .traces_training import train_on_traces
+    from .analysis.traces import load_traces, select
+    from .training.traces import train_on_traces
 
     ids = list(args.problem) + ([p.id for p in _registry(args).select(suite=args.suite)] if args.suite else [])
     rep.phase(f"loading traces from {args.traces}")
@@ -764,8 +765,8 @@ def _train_traces(args, cfg, rep):
     with _pool(args.workers) as pool:
         prober = None
         if cfg.train.probe_every:
-            from .probe import Prober
-            from .study import _style
+            from .training.probe import Prober
+            from .training.study import _style
 
             from problems.registry import UnknownProblem
 
@@ -787,7 +788,7 @@ def _train_traces(args, cfg, rep):
 def cmd_train(args) -> int:
     """stdout: one JSON object per step (the stable interface), then the summary; stderr: progress."""
     with _reporter(args) as rep:
-        from .study import train, trend
+        from .training.study import train, trend
 
         cfg = _train_config(args)
         if args.traces:
@@ -816,7 +817,7 @@ def cmd_train(args) -> int:
 def _eval_run_setup(args, rep):
     """`vevo eval --run RUN`: the run's policy (final, or --version) and its problems (default: the run's own;
     --suite / --problem: those, e.g. problems it never saw); the run's m, max tokens and temperature unless given."""
-    from .policy import load_policy
+    from .launch.policy import load_policy
 
     if args.proposer:
         raise UserError("--proposer and --run: give one of them (--run evaluates the run's own proposer)")
@@ -826,7 +827,7 @@ def _eval_run_setup(args, rep):
     if args.suite or args.problem:
         probs = _problems_for(args)
     else:
-        from .runner import resolve_problems
+        from .launch.runner import resolve_problems
 
         by_id = {p.id: p for p in resolve_problems(cfg)}
         missing = [pid for pid in own if pid not in by_id]
@@ -856,7 +857,7 @@ def cmd_eval(args) -> int:
     if args.max_tokens is None:
         args.max_tokens = 384
     with _reporter(args) as rep:
-        from .study import evaluate_proposer
+        from .training.study import evaluate_proposer
 
         probs, backend = _study_setup(args, rep)
         with _pool(args.workers) as pool:
@@ -878,7 +879,7 @@ def _eval_run(args) -> int:
     if args.k < 1:
         raise UserError(f"--k {args.k}: expected >= 1")
     with _reporter(args) as rep:
-        from .study import evaluate_proposer
+        from .training.study import evaluate_proposer
 
         probs, backend, version, own, st = _eval_run_setup(args, rep)
         try:
@@ -1039,7 +1040,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
     g.add_argument("--seeds", metavar="A-B|A,B,C", help="one campaign per seed into OUT/seed-N, one after "
                    "another; `vevo curves OUT` / `vevo report OUT` read the folder as one arm")
     if full or cmd == "run":
-        from .config import flag_groups, run_flags
+        from .config.schema import flag_groups, run_flags
 
         groups = {name: p.add_argument_group(title, text or None) for name, (title, text) in flag_groups().items()}
         # one flag per config key, generated from the config model, in its config section's group
@@ -1155,7 +1156,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                            "override it")
             d = None
             if full or cmd == "train":
-                from .config import CampaignConfig
+                from .config.schema import CampaignConfig
 
                 d = CampaignConfig()
             shown = (lambda v: f" (default: the config's, {v})" if d is not None else "")  # noqa: E731
@@ -1171,7 +1172,7 @@ def build_parser(cmd: str | None = None) -> argparse.ArgumentParser:
                            help="reward of fixed probe problems (own and held-out) every N steps and before the "
                            "first; 0: off" + shown(d and d.train.probe_every))
             if full or cmd == "train":
-                from .config import run_flags
+                from .config.schema import run_flags
 
                 g = p.add_argument_group("train section", "every other key of the run config's train section "
                                          "(as `vevo run`'s flags)")

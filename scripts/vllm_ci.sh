@@ -55,4 +55,4 @@ export VLLM_CPU_NUM_OF_RESERVED_CPU=${VLLM_CPU_NUM_OF_RESERVED_CPU:-0}
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
 exec "$PY" -m pytest -q tests/proposer/test_vllm_backend.py tests/proposer/test_openai_backend.py \
-    tests/evolve/test_vllm_campaign.py tests/proposer/test_vllm_replicas.py tests/proposer/test_vllm_ray.py "$@"
+    tests/evolve/search/test_vllm_campaign.py tests/proposer/test_vllm_replicas.py tests/proposer/test_vllm_ray.py "$@"

@@ -23,14 +23,10 @@ def pool():
 
 @pytest.fixture(scope="module")
 def lo():
-    """bench/loop_overhead.py as a module (its synthetic archive and resume), for the tests that check it."""
-    import importlib.util
+    """bench/perf/loop_overhead.py as a module (its synthetic archive and resume), for the tests that check it."""
+    from bench.perf import loop_overhead
 
-    spec = importlib.util.spec_from_file_location("bench_loop_overhead",
-                                                  Path(__file__).resolve().parent.parent / "bench" / "loop_overhead.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return loop_overhead
 
 
 def processes_of_uid(uid: int) -> list[int]:

@@ -1,6 +1,6 @@
 """A small OpenAI-compatible server on 127.0.0.1 over a random tiny Llama sampled with transformers (real text,
 token ids and log-probs; vLLM's extensions unless ``strict``; failure modes for retries), and the model and LoRA
-adapter it serves: for the OpenAI backend, replica and vLLM tests and bench/replica_depth.py."""
+adapter it serves: for the OpenAI backend, replica and vLLM tests and bench/perf/replica_depth.py."""
 from __future__ import annotations
 
 import json

@@ -10,9 +10,9 @@ import html
 import re
 from pathlib import Path
 from typing import Callable
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
-from . import pages
+from . import pages, routes
 from .components import script_tag
 from .server import App, NotFound
 
@@ -21,28 +21,16 @@ _LINK = re.compile(r" href='([^']*)'")  # every href is written by the page func
 
 
 def page_key(url: str) -> Key | None:
-    """The page a UI link points at, as a plan key; None for anything that is not a page (static files)."""
-    u = urlsplit(url)
-    q = parse_qs(u.query, keep_blank_values=True)
-    parts = [unquote(p) for p in u.path.split("/")[1:]]
-    one = (lambda k: (q.get(k) or [None])[0])
-    if parts in ([""], [], ["compare"]):
+    """The file-plan key of a page a UI link points at (routes.parse_url; the overview and the comparison are
+    both index.html, the comparison page); None for anything that is not a page (static files)."""
+    key = routes.parse_url(url)
+    if key is None or key[0] in ("static", "runs_json"):
+        return None
+    if key[0] in ("overview", "compare"):
         return ("compare",)
-    if parts == ["curves"]:
-        return ("curves", one("x") or "iterations")
-    if len(parts) >= 2 and parts[0] == "run":
-        name, rest = parts[1], parts[2:]
-        if rest in ([], [""]):
-            return ("run", name)
-        if rest == ["training"]:
-            return ("training", name)
-        if rest == ["problem"] and one("id") is not None:
-            return ("problem", name, one("id"))
-        if rest == ["lineage"]:
-            return ("lineage", name)
-        if len(rest) == 2 and rest[0] == "program" and rest[1].isdigit():
-            return ("program", name, int(rest[1]))
-    return None
+    if key[0] == "lineage":
+        return ("lineage", key[1])
+    return key
 
 
 def plan(app: App) -> dict[Key, str]:
@@ -75,19 +63,11 @@ def convert(text: str, files: dict[Key, str], note: str) -> str:
 
 
 def render_key(app: App, key: Key) -> str:
-    """One page exactly as `vevo ui` serves it."""
-    kind = key[0]
-    if kind == "curves":
-        return _route(app, "/curves", {"x": [key[1]]})
-    if kind == "run":
-        return _route(app, f"/run/{pages.quote_seg(key[1])}", {})
-    if kind == "training":
-        return _route(app, f"/run/{pages.quote_seg(key[1])}/training", {})
-    if kind == "problem":
-        return _route(app, f"/run/{pages.quote_seg(key[1])}/problem", {"id": [key[2]]})
-    if kind == "program":
-        return _route(app, f"/run/{pages.quote_seg(key[1])}/program/{key[2]}", {})
-    raise NotFound(key)
+    """One page exactly as `vevo ui` serves it (its URL from routes.url, then `App.route`)."""
+    if key[0] == "compare":
+        raise NotFound(key)  # index.html: rendered by freeze's `index`
+    u = urlsplit(routes.url(key))
+    return _route(app, u.path, parse_qs(u.query, keep_blank_values=True))
 
 
 def _route(app: App, path: str, query: dict[str, list[str]]) -> str:

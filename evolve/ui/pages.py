@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Sequence
 
-from .. import verdict
+from ..analysis import verdict
 from .charts import band, line_chart, lineage_svg, quote_seg, thin
 from .components import by, diff_html, e, field, fmt, frame, heatmap, test_strip, test_table
 from .info import WELL_KNOWN_KEYS, ProblemInfo, is_number, training_keys
@@ -196,7 +196,7 @@ def _best_cell(best: tuple[RunStore, Any] | None, labels: Sequence[str]) -> str:
 
 
 def _verdicts(groups: dict[str, list[RunStore]], logs: dict[str, list]) -> str:
-    """One line per trained arm above the charts: what training did (evolve/verdict.py)."""
+    """One line per trained arm above the charts: what training did (evolve/analysis/verdict.py)."""
     lines = []
     for label, stores in groups.items():
         trained = [s for s in stores if any(r.data.get("samples") for r in logs.get(s.name, []))]

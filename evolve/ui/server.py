@@ -20,11 +20,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from evaluators.netaddr import is_loopback_host
 
-from . import budget, pages
+from . import budget, pages, routes
 from .info import ProblemInfo, problem_info
 from .store import RunStore, UIError
 
@@ -113,49 +113,45 @@ class App:
         return ctype, cap(ctype, body, self.max_bytes)
 
     def _route(self, path: str, query: dict[str, list[str]]) -> tuple[str, str | bytes]:
-        stores = list(self.stores.values())
-        parts = [unquote(p) for p in path.split("/")[1:]]
-        if parts in ([""], []):
+        key = routes.parse(path, query)
+        if key is None:
+            raise NotFound
+        kind, stores = key[0], list(self.stores.values())
+        if kind == "overview":
             return "text/html", pages.overview(stores, [s.overview() for s in stores])
-        if parts == ["api", "runs"]:
+        if kind == "runs_json":
             return "application/json", json.dumps([s.overview() for s in stores])
-        if parts in (["curves"], ["compare"]):
-            x = _one(query, "x", "iterations")
-            if x not in pages.AXES:
-                raise NotFound
+        if kind in ("curves", "compare"):
             names = query.get("run") or list(self.stores)
             groups = {label: [s for s in rs if s.name in names] for label, rs in self.groups.items()}
             groups = {k: v for k, v in groups.items() if v}
-            if parts == ["curves"]:
-                return "text/html", pages.curves(stores, groups, x)
-            return "text/html", pages.compare(stores, groups, x, self.info)
-        if len(parts) == 2 and parts[0] == "static" and parts[1] in STATIC:
-            return STATIC[parts[1]], resources.files(__package__).joinpath("static", parts[1]).read_bytes()
-        if len(parts) >= 2 and parts[0] == "run" and parts[1] in self.stores:
-            return "text/html", self._run_route(self.stores[parts[1]], parts[2:], query)
-        raise NotFound
-
-    def _run_route(self, s: RunStore, rest: list[str], query: dict[str, list[str]]) -> str:
-        stores = list(self.stores.values())
-        if rest in ([], [""]):
-            return pages.run_problems(stores, s, self.info)
-        if rest == ["problem"]:
-            pid = _one(query, "id")
-            if pid is None or not s.has_problem(pid):
+            if kind == "curves":
+                return "text/html", pages.curves(stores, groups, key[1])
+            return "text/html", pages.compare(stores, groups, key[1], self.info)
+        if kind == "static":
+            if key[1] not in STATIC:
                 raise NotFound
-            return pages.problem(stores, s, pid, self.info)
-        if rest == ["lineage"]:
-            pid = _one(query, "problem")
-            if pid is not None and not s.has_problem(pid):
+            return STATIC[key[1]], resources.files(__package__).joinpath("static", key[1]).read_bytes()
+        s = self.stores.get(key[1])
+        if s is None:
+            raise NotFound
+        if kind == "run":
+            return "text/html", pages.run_problems(stores, s, self.info)
+        if kind == "training":
+            return "text/html", pages.training(stores, s)
+        if kind == "problem":
+            if not s.has_problem(key[2]):
                 raise NotFound
-            return pages.lineage(stores, s, pid, _int(query, "island", 0), _int(query, "page", 0))
-        if len(rest) == 2 and rest[0] == "program" and rest[1].isdigit() and rest[1].isascii():
-            out = pages.program(stores, s, int(rest[1]), self.info)
+            return "text/html", pages.problem(stores, s, key[2], self.info)
+        if kind == "lineage":
+            if key[2] is not None and not s.has_problem(key[2]):
+                raise NotFound
+            return "text/html", pages.lineage(stores, s, key[2], key[3], key[4])
+        if kind == "program":
+            out = pages.program(stores, s, key[2], self.info)
             if out is None:
                 raise NotFound
-            return out
-        if rest == ["training"]:
-            return pages.training(stores, s)
+            return "text/html", out
         raise NotFound
 
 
@@ -187,20 +183,6 @@ def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def _one(query: dict[str, list[str]], key: str, default: str | None = None) -> str | None:
-    vals = query.get(key)
-    return vals[0] if vals else default
-
-
-def _int(query: dict[str, list[str]], key: str, default: int) -> int:
-    v = _one(query, key)
-    if v is None or v == "":
-        return default
-    if not (v.isascii() and v.lstrip("-").isdigit()) or len(v) > 9:
-        raise NotFound
-    return int(v)
 
 
 def make_handler(app: App) -> type[BaseHTTPRequestHandler]:

@@ -20,10 +20,10 @@ from problems.errors import VevoError
 
 from .. import liveness
 from ..archive import ARCHIVE_NAME, Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow, archive_path
-from ..compute import account
-from ..config_legacy import upgrade
-from ..curves import CurveFold
-from ..portfolio_stats import member_stats
+from ..analysis.account import account
+from ..config.legacy import upgrade
+from ..analysis.curves import CurveFold
+from ..analysis.portfolio_stats import member_stats
 
 IDLE_SECONDS = liveness.IDLE_SECONDS
 TOP_PROGRAMS = 20  # rows of a problem's heatmap
@@ -140,8 +140,8 @@ class RunStore:
         return liveness.run_status(self.dir, finished)
 
     def _budget_spent(self, budget: dict) -> bool:
-        """Whether a stop rule (search.budget, evolve/budget.py) is reached by what the archive holds."""
-        from ..budget import Spent, limits, reached
+        """Whether a stop rule (search.budget, evolve/search/budget.py) is reached by what the archive holds."""
+        from ..search.budget import Spent, limits, reached
 
         if not limits(budget):
             return False
@@ -298,7 +298,7 @@ class RunStore:
 
     # ------------------------------------------------------------------ proposers
     def members(self) -> dict[str, dict[str, Any]]:
-        """Per portfolio member (evolve/portfolio_stats.py: iterations, programs, improvements, solved first,
+        """Per portfolio member (evolve/analysis/portfolio_stats.py: iterations, programs, improvements, solved first,
         tokens, generation time); it reads every program, so it is recomputed only when the run committed since."""
         v = self.version()
         with self._members_lock:
@@ -318,5 +318,5 @@ class RunStore:
         return self.archive.training_rows()
 
     def compute(self) -> dict[str, float]:
-        """Where the run's time went (evolve/compute.py)."""
+        """Where the run's time went (evolve/analysis/account.py)."""
         return account(self.archive.metrics_rows(), self.training())

@@ -189,7 +189,7 @@ _BLOCKS = ("body", "orelse", "finalbody", "handlers")
 
 def _strip_docstrings(tree: ast.AST) -> None:
     """Docstrings sit only at the head of a scope's body: walk statement lists, never expressions (a full
-    ast.walk was a third of the loop's own time in bench/loop_overhead.py)."""
+    ast.walk was a third of the loop's own time in bench/perf/loop_overhead.py)."""
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -207,7 +207,7 @@ def _strip_docstrings(tree: ast.AST) -> None:
 def _dump(node: ast.AST, out: list[str]) -> None:
     """Prefix notation of an AST without positions: class name, each field, ")" closing the node, lists
     bracketed, leaves as repr (which never contains the NUL separator), so distinct trees give distinct
-    strings. Twice as fast as ast.dump, which was a fifth of the loop's own time (bench/loop_overhead.py)."""
+    strings. Twice as fast as ast.dump, which was a fifth of the loop's own time (bench/perf/loop_overhead.py)."""
     out.append(node.__class__.__name__)
     for name in node._fields:
         x = getattr(node, name, None)

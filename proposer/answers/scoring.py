@@ -4,7 +4,7 @@
         ──`triage` (parse, apply, rename back, dedupe)──▶ fresh candidates ──`evaluate` (sandbox)──▶ evaluations
         ──`answer_vectors`──▶ per completion, per answer, a test vector ──`score_matrices`──▶ (m × d) matrices
 
-Every user goes this one way: campaigns (evolve/campaign.py calls the stages, with its pipelined evaluation and
+Every user goes this one way: campaigns (evolve/search/campaign.py calls the stages, with its pipelined evaluation and
 the second dedupe of in-flight batches between `evaluate` and `answer_vectors`), `vevo train` / `vevo eval` and
 the learning probes (`score_completions`), the veRL reward and problem export (proposer/integrations/verl_plugin.py) and the
 tiny model's quality check (proposer/tiny/quality.py). So a model trained anywhere is shown the prompts a

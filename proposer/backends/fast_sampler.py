@@ -1,7 +1,7 @@
 """A KV-cached sampler for Llama-family causal LMs in plain torch: the ``hf``/``tiny`` decode loop's fast path.
 
 Why not the transformers forward per token: at the tiny model's size the per-step cost is framework overhead,
-not arithmetic. Measured on the landed loop (bench/learner_speed.py): 37% of CPU time in ``aten::cat`` (the
+not arithmetic. Measured on the landed loop (bench/perf/learner_speed.py): 37% of CPU time in ``aten::cat`` (the
 dynamic cache and the attention mask re-concatenated every step), the LoRA adapter adding a third more ops per
 token, and G copies of the same prompt prefilled. Here:
 
@@ -13,7 +13,7 @@ token, and G copies of the same prompt prefilled. Here:
   ``get_delta_weight``) is computed once per call from the live model, so a trainer's in-place update is seen at
   the next call, the base weights are never touched, and a disabled adapter (``FrozenAdapterView``) samples the
   base. A caller may also build the snapshot once (``Weights(model)``) and pass it to several calls: the
-  campaign's overlapped learner (evolve/campaign_training.py) updates the live adapter on another thread while
+  campaign's overlapped learner (evolve/training/campaign.py) updates the live adapter on another thread while
   the pinned snapshot samples the published policy.
 * **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).
 * **The draw**: ``argmax(p / E)`` with E ~ Exp(1) (the exponential race, the same distribution as

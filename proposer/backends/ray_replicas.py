@@ -291,7 +291,7 @@ class RayVLLMBackend(ReplicatedBackend):
     (dtype, chat, max_lora_rank, seed, max_model_len, ...) go to each actor's VLLMBackend."""
 
     seeds_per_sample = True  # a call split over the actors samples what one vllm:PATH engine would have
-    chunk_per_replica = True  # each engine gets its share of a call as one batch (bench/vllm_ray_replicas.py)
+    chunk_per_replica = True  # each engine gets its share of a call as one batch (bench/perf/vllm_ray_replicas.py)
 
     def __init__(self, path: str | os.PathLike[str], *, replicas: int = 1, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.85, ray_address: str | None = None, restarts: int = 1,

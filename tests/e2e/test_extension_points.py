@@ -10,7 +10,8 @@ import pytest
 
 from evaluators import executor
 from evaluators.pool import SandboxPool
-from evolve import cli, portfolio, selection, strategies
+from evolve import cli
+from evolve.policies import portfolio, selection, strategies
 from evolve.archive import Archive
 from problems import importers
 from problems.evolve_block import wrap_block
@@ -151,7 +152,7 @@ def test_unregistered_names_are_one_line_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["run", "--selection", "first"])  # argparse: not a registered choice
     assert "invalid choice: 'first'" in capsys.readouterr().err
-    from evolve.config import ConfigError, load_config
+    from evolve.config.schema import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="unknown selection method 'first'"):
         load_config(None, {"search": {"selection": {"method": "first"}}})

@@ -10,7 +10,7 @@ import stat
 
 import pytest
 
-from evolve import curves
+from evolve.analysis import curves
 from problems.model import short_title
 from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import tail, vevo
@@ -122,7 +122,7 @@ def test_flat_zero_curve_gets_integer_ticks(run, tmp_path):
 
 
 def test_saved_model_files_honour_the_umask(tmp_path):
-    from evolve.study import _save
+    from evolve.training.study import _save
     from proposer.backends import make_backend
 
     backend = make_backend("tiny")

@@ -243,8 +243,8 @@ def test_12_defaults_table_is_generated_and_the_readme_example_shows_defaults():
 
     import yaml
 
-    from evolve.config import CampaignConfig, load_config
-    from evolve.defaults_table import DOC, markdown
+    from evolve.config.schema import CampaignConfig, load_config
+    from evolve.config.defaults_table import DOC, markdown
 
     out = vevo("defaults", "--markdown").stdout
     assert out == markdown() == (ROOT / DOC).read_text(encoding="utf-8"), \

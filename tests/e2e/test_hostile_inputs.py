@@ -17,7 +17,7 @@ import pytest
 from evaluators.scoring import score
 from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from evolve.cli import printable
-from evolve.config import ConfigError, load_config
+from evolve.config.schema import ConfigError, load_config
 from evaluators.types import Evaluation
 from problems import values
 from problems.model import ProblemError, load_native

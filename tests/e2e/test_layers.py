@@ -18,6 +18,20 @@ PROPOSER_SUBLAYERS = [  # sub-packages of proposer ("": proposer/__init__.py)
     ["training", "tiny"],
     ["integrations"],
 ]
+# evolve's sub-packages, lowest first, the same rule: the shared bottom (the archive, the run folder's liveness
+# marker, stats, progress) directly under evolve/; then the choice rules the config names; the config; the search
+# loop; training and analysis side by side (neither knows the other); the UI; launching runs; the CLI on top
+EVOLVE_SUBLAYERS = [
+    ["", "archive", "liveness", "progress", "stats"],
+    ["policies"],
+    ["config"],
+    ["search"],
+    ["training", "analysis"],
+    ["ui"],
+    ["launch"],
+    ["cli"],
+]
+SUBLAYERS = {"proposer": PROPOSER_SUBLAYERS, "evolve": EVOLVE_SUBLAYERS}
 # variable names the run config travels under in evolve/ (``cfg``); a lower layer reading a top-level run-config
 # key off one of them is duck typing the run config
 RUN_CONFIG_NAMES = {"cfg", "config", "run_cfg", "run_config", "campaign_cfg"}
@@ -73,11 +87,12 @@ def test_layers_import_downward_only():
 
 
 def _sublayer(mod: str) -> tuple[int, str] | None:
-    """(rank, sub-package) of a proposer module: the longest sub-package prefix it falls under."""
+    """(rank, sub-package) of a proposer or evolve module: the longest sub-package prefix it falls under."""
+    top = mod.split(".")[0]
     best = None
-    for rank, group in enumerate(PROPOSER_SUBLAYERS):
+    for rank, group in enumerate(SUBLAYERS.get(top, ())):
         for name in group:
-            pkg = f"proposer.{name}" if name else "proposer"  # "" is the package's own __init__, not a prefix
+            pkg = f"{top}.{name}" if name else top  # "" is the package's own __init__, not a prefix
             if (mod == pkg or (name and mod.startswith(pkg + "."))) and (best is None or len(pkg) > len(best[1])):
                 best = (rank, pkg)
     return best
@@ -88,14 +103,14 @@ def _core(mod: str) -> bool:
 
 
 def sublayer_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Imports inside proposer/ that point up its sub-layers or across to a peer of the same rank."""
+    """Imports inside proposer/ or evolve/ that point up its sub-layers or across to a peer of the same rank."""
     wrong = []
     for m, deps in graph.items():
-        if m.split(".")[0] != "proposer":
+        if m.split(".")[0] not in SUBLAYERS:
             continue
         rank, pkg = _sublayer(m)
         for d in deps:
-            if d.split(".")[0] != "proposer":
+            if d.split(".")[0] != m.split(".")[0]:
                 continue
             d_rank, d_pkg = _sublayer(d)
             if d_rank > rank or (d_rank == rank and d_pkg != pkg and not (_core(m) and _core(d))):
@@ -108,14 +123,23 @@ def test_proposer_sublayers_point_one_way():
     graph = import_graph()
     unplaced = sorted(m for m in graph if m.split(".")[0] == "proposer" and _sublayer(m) is None)
     assert unplaced == [], "a proposer module outside every sub-layer: add its sub-package to PROPOSER_SUBLAYERS"
-    assert sublayer_violations(graph) == []
+    assert [v for v in sublayer_violations(graph) if v.startswith("proposer")] == []
+
+
+def test_evolve_sublayers_point_one_way():
+    """Inside evolve/: policies below the config, the config below the search, training and analysis apart above
+    it, then the UI, launching and the CLI; no module directly under evolve/ but the shared bottom and the CLI."""
+    graph = import_graph()
+    unplaced = sorted(m for m in graph if m.split(".")[0] == "evolve" and _sublayer(m) is None)
+    assert unplaced == [], "an evolve module outside every sub-layer: put it in a sub-package of EVOLVE_SUBLAYERS"
+    assert [v for v in sublayer_violations(graph) if v.startswith("evolve")] == []
 
 
 def _sections() -> dict[str, set[str]]:
     """The run config's sections (its fields that are models) → their keys; and "" → its top-level keys."""
     from pydantic import BaseModel
 
-    from evolve.config import CampaignConfig
+    from evolve.config.schema import CampaignConfig
 
     out: dict[str, set[str]] = {"": set()}
     for name, field in CampaignConfig.model_fields.items():
@@ -192,6 +216,24 @@ def test_the_sublayer_checker_sees_upward_and_sideways_imports(tmp_path, monkeyp
     assert sublayer_violations(import_graph()) == ["proposer.answers.naming -> proposer.backends.hf",
                                                    "proposer.backends.hf -> proposer.training.trainer"]
     assert _sublayer("proposer.newmodule") is None  # a new top-level module must be given a sub-layer
+
+
+def test_the_evolve_sublayer_checker_sees_upward_sideways_and_flat_modules(tmp_path, monkeypatch):
+    """The search importing the UI (upward) and training importing analysis (a peer) are caught, the UI reading
+    analysis (downward) is not; a new module directly under evolve/ is unplaced."""
+    for pkg in LAYERS + ["evolve/search", "evolve/training", "evolve/analysis", "evolve/ui"]:
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "evolve" / "search" / "campaign.py").write_text("def f():\n    from ..ui import server\n")
+    (tmp_path / "evolve" / "training" / "probe.py").write_text("from evolve.analysis.curves import fold\n")
+    (tmp_path / "evolve" / "analysis" / "curves.py").write_text("from ..archive import Archive\n")
+    (tmp_path / "evolve" / "archive.py").write_text("")
+    (tmp_path / "evolve" / "ui" / "server.py").write_text("from evolve.analysis import curves\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", tmp_path)
+    assert sublayer_violations(import_graph()) == ["evolve.search.campaign -> evolve.ui",
+                                                   "evolve.search.campaign -> evolve.ui.server",
+                                                   "evolve.training.probe -> evolve.analysis.curves"]
+    assert _sublayer("evolve.newmodule") is None and _sublayer("evolve.archive") == (0, "evolve.archive")
 
 
 def _is_ancestor_package(a: str, b: str) -> bool:

@@ -189,8 +189,8 @@ def test_example_metrics_equal_openevolves_on_seed_and_better_program(name, exam
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_default_campaign_on_example_runs_its_full_budget(name, examples, tmp_path):
     """Open-ended: nothing retires the problem, even a seed scoring >= 1.0, so every iteration runs."""
-    from evolve.config import CampaignConfig
-    from evolve.runner import start
+    from evolve.config.schema import CampaignConfig
+    from evolve.launch.runner import start
 
     folder, _ = examples[name]
     cfg = CampaignConfig(problems_dir=[str(folder)], problems=[folder.name], seed=0, out=str(tmp_path / "run"),

@@ -26,10 +26,26 @@ def _imports(path: Path) -> list[str]:
 
 
 def test_every_test_module_sits_in_a_package_folder():
+    """In a package's folder, or a folder of one of evolve's sub-packages (tests/evolve/search/ for
+    evolve/search/), each a package; e2e/ for the tool as a whole."""
     assert sorted(p.name for p in TESTS.glob("test_*.py")) == []
-    assert {p.parent.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")} <= FOLDERS
-    assert all((TESTS / f / "__init__.py").is_file() for f in FOLDERS)
+    folders = {p.parent.relative_to(TESTS).as_posix() for p in TESTS.rglob("test_*.py")}
+    subs = {f for f in folders if f.startswith("evolve/")}
+    assert folders - subs <= FOLDERS
+    assert all((TESTS.parent / f / "__init__.py").is_file() for f in subs), "tests/evolve/X/ mirrors evolve/X/"
+    assert all((TESTS / f / "__init__.py").is_file() for f in FOLDERS | subs)
     assert all((TESTS.parent / f / "__init__.py").is_file() for f in PACKAGES)  # the folders name real packages
+
+
+def test_no_test_loads_bench_code_by_path():
+    """bench/ is a package (perf/, studies/, checks/): tests import what they use from it as modules."""
+    by_path = [p.relative_to(TESTS).as_posix() for p in sorted(TESTS.rglob("*.py")) if p != Path(__file__).resolve()
+               and "spec_from_file_location" in (t := p.read_text()) and "bench" in t]
+    assert by_path == []
+    bench = TESTS.parent / "bench"
+    assert sorted(p.name for p in bench.glob("*.py")) == ["__init__.py"]
+    assert sorted(p.name for p in bench.iterdir() if p.is_dir() and (p / "__init__.py").is_file()) == \
+        ["checks", "perf", "studies"]
 
 
 def test_no_test_module_imports_another():

@@ -7,8 +7,8 @@ import pytest
 
 from evaluators.executor import EXECUTORS, ExecutorError, ExecutorSpec, make_executor
 from evaluators.pool import SandboxPool
-from evolve.config import ConfigError, load_config
-from evolve.runner import executor_spec
+from evolve.config.schema import ConfigError, load_config
+from evolve.launch.runner import executor_spec
 from problems.suites import SUITES
 from tests.campaign_helpers import vevo
 

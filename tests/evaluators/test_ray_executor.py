@@ -16,8 +16,8 @@ import pytest
 ray = pytest.importorskip("ray")  # on 127.0.0.1 only: tests/conftest.py sets Ray's single-machine switch
 
 from evolve.archive import Archive  # noqa: E402
-from evolve.config import load_config  # noqa: E402
-from evolve.runner import start  # noqa: E402
+from evolve.config.schema import load_config  # noqa: E402
+from evolve.launch.runner import start  # noqa: E402
 from problems.suites import SUITES  # noqa: E402
 from tests.campaign_helpers import ROOT, InFlight, last_iteration, pbe_replay, vevo  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The sandbox as an ordinary user: a real account made here with useradd (CI runs as root), vevo run as that user
-under an interpreter it can execute (``bench/as_user.py``), hostile candidates for every attack class of issue 24.
+under an interpreter it can execute (``bench/checks/as_user.py``), hostile candidates for every attack class of issue 24.
 
 Each attack program answers the problem correctly only if its attack worked (a leaked secret, a written file, a
 found problem folder), so a contained attack is a wrong answer and never a pass. After each suite: the user's home
@@ -11,7 +11,6 @@ it could see. The fallback chain is forced with a seccomp filter on the orchestr
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.checks import as_user as au
 from evaluators import landlock, sandbox, seccomp
 from tests.conftest import processes_of_uid
 
@@ -32,9 +32,6 @@ USER = "vevo-sbx-test"
 SECRET = "sk-vevo-test-9f2c41"
 MARK = "VEVO-PWNED-7c1e"
 
-_spec = importlib.util.spec_from_file_location("bench_as_user", ROOT / "bench" / "as_user.py")
-au = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(au)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")

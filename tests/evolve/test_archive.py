@@ -327,10 +327,10 @@ def test_older_archive_format_is_readable_but_not_resumable(tmp_path):
 
 
 def test_number_lists_encode_exactly_as_the_json_encoder():
-    from evolve.archive import _dumps, _dumps_numbers
+    from evolve.archive import encode_json, encode_numbers
 
     g = np.random.default_rng(0)
     cases = [[], [0.0], [-0.0, 1.0, 1e-300, 1e300, 5e-324], [float(x) for x in g.normal(size=50) * 1e5],
              [float("nan"), 1.0], [float("inf"), -float("inf")], [1, -2, 10**30]]
     for values in cases:
-        assert _dumps_numbers(values) == _dumps(values), values
+        assert encode_numbers(values) == encode_json(values), values

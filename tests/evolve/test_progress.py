@@ -13,7 +13,7 @@ import time
 import pytest
 
 from evolve.progress import Rate, Reporter
-from evolve.study import trend
+from evolve.training.study import trend
 from proposer.answers.parsing import format_answers
 from tests.campaign_helpers import ROOT, interruptible, tail, vevo
 

@@ -27,8 +27,8 @@ def test_t95_rounds_a_fractional_df_down_and_has_no_value_below_one():
 
 
 def test_every_interval_uses_the_one_quantile():
-    from evolve.arms import difference
-    from evolve.curves import _ci_half, ci95
+    from evolve.analysis.arms import difference
+    from evolve.analysis.curves import _ci_half, ci95
 
     v = np.arange(40.0)
     half = t95(39) * v.std(ddof=1) / math.sqrt(40)
@@ -40,7 +40,7 @@ def test_every_interval_uses_the_one_quantile():
 
 
 def test_mean_ci95_is_the_t_interval_and_says_nan_where_none_exists():
-    from evolve.curves import ci95
+    from evolve.analysis.curves import ci95
     from evolve.stats import mean_ci95
 
     v = [0.0028, 0.0046, 0.0043, -0.0018, 0.0106]  # ttt_check's five own-probe slopes
@@ -112,7 +112,7 @@ def test_paired_contrast_puts_the_permutation_p_beside_the_t_interval():
 
 
 def test_paired_difference_reports_the_sign_flip_p():
-    from evolve.arms import difference
+    from evolve.analysis.arms import difference
 
     d = difference({0: 0.0, 1: 0.0, 2: 0.0}, {0: 1.0, 1: 2.0, 2: 3.0}, "best", ("none", "vpo"))
     assert d.p_sign_flip == pytest.approx(0.25) and "sign-flip p 0.25" in d.line()

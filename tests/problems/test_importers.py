@@ -1,6 +1,6 @@
 """Dataset importers (problems/importers): conversion rules, counts and structure of the real datasets in
 /work/shared/data (skipped when absent), a sample of references solved and seeds not solved in the
-sandbox, and one-line errors for malformed files. The full acceptance run is bench/import_check.py."""
+sandbox, and one-line errors for malformed files. The full acceptance run is bench/checks/import_check.py."""
 from __future__ import annotations
 
 import dataclasses

@@ -185,12 +185,13 @@ def test_references_are_the_best_later_descendant_else_the_best_solved_else_none
 
 
 def test_vpo_covrl_alternates_by_share():
-    from evolve.covrl_campaign import is_covrl_step
+    from proposer.training.algorithms import step_algorithm
 
-    assert [is_covrl_step("vpo+covrl", 10 * k, 10, 0.5) for k in range(1, 7)] == [False, True] * 3
-    assert sum(is_covrl_step("vpo+covrl", 10 * k, 10, 0.25) for k in range(1, 9)) == 2
-    assert all(is_covrl_step("covrl", 10 * k, 10, 0.5) for k in range(1, 4))
-    assert not any(is_covrl_step("vpo", 10 * k, 10, 0.5) for k in range(1, 4))
+    mixed, covrl = step_algorithm("vpo+covrl"), step_algorithm("covrl")
+    assert [mixed.covrl_due(10 * k, 10, 0.5) for k in range(1, 7)] == [False, True] * 3
+    assert sum(mixed.covrl_due(10 * k, 10, 0.25) for k in range(1, 9)) == 2
+    assert all(covrl.covrl_due(10 * k, 10, 0.5) for k in range(1, 4))
+    assert step_algorithm("vpo") is None and mixed.estimator == "vpo" and covrl.estimator is None
 
 
 # ----------------------------------------------------------------------------------------- real tiny model
@@ -325,8 +326,8 @@ def test_covrl_campaign_records_references_and_resumes_after_kill9(tmp_path):
 def test_standalone_covrl_needs_reference_solutions():
     import dataclasses
 
-    from evolve.config import CampaignConfig
-    from evolve.study import train
+    from evolve.config.schema import CampaignConfig
+    from evolve.training.study import train
     from problems.suites import SUITES
     from proposer.backends import make_backend
 

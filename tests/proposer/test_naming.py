@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import json
 
-from evolve.config import load_config
-from evolve.runner import start
+from evolve.config.schema import load_config
+from evolve.launch.runner import start
 from proposer.answers.naming import Renaming, entry_name, present, rename_code, rename_text
 from proposer.answers.parsing import format_answers
 from proposer.answers.scoring import triage

@@ -9,8 +9,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from evolve.config import ConfigError, load_config  # noqa: E402
-from evolve.runner import backend_kwargs  # noqa: E402
+from evolve.config.schema import ConfigError, load_config  # noqa: E402
+from evolve.launch.runner import backend_kwargs  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, expected_specs, make_backend, spec_kind  # noqa: E402
 from proposer.backends.base import ADAPTERS, STATE, VERSIONED  # noqa: E402
 from proposer.errors import BackendError  # noqa: E402

@@ -12,8 +12,8 @@ pytest.importorskip("transformers")
 
 from evaluators.pool import SandboxPool  # noqa: E402
 from evolve.archive import Archive  # noqa: E402
-from evolve.config import load_config  # noqa: E402
-from evolve.runner import start  # noqa: E402
+from evolve.config.schema import load_config  # noqa: E402
+from evolve.launch.runner import start  # noqa: E402
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
 from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.backends.replicas import ReplicatedBackend  # noqa: E402
@@ -139,7 +139,7 @@ def test_depth_three_generates_on_both_replicas_at_once_and_matches_one_server(t
 def test_batches_in_generation_at_a_stop_are_generated_again_on_resume(tiny_lm, tmp_path):
     """Concurrent generation at depth 3 stopped mid-run: the checkpoint holds prepared batches whose completions
     had not come back; resume generates them (same prompt, same seed) and the run equals an uninterrupted one."""
-    from evolve.runner import resume
+    from evolve.launch.runner import resume
 
     s = Server(tiny_lm, delay=0.3)  # generation slower than evaluation: batches are still generating at commits
     try:
@@ -174,7 +174,7 @@ def test_training_with_concurrent_generation_is_reproducible_and_resumes_exactly
     new adapter the loop lets the batches already prepared finish generating under the old one, so which policy
     made each batch is fixed. Two runs agree, and a run stopped mid-way (batches still generating) and resumed
     agrees with them, completions' policy versions included."""
-    from evolve.runner import resume
+    from evolve.launch.runner import resume
 
     def groups(run):
         with Archive(run / "archive.db", readonly=True) as arc:

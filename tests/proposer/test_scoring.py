@@ -10,8 +10,8 @@ import pytest
 
 from evaluators.types import Evaluation
 from evolve.archive import Archive
-from evolve.config import load_config
-from evolve.runner import start
+from evolve.config.schema import load_config
+from evolve.launch.runner import start
 from problems.model import load_native
 from problems.scaffold import new_problem
 from problems.suites import SUITES

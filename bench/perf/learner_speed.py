@@ -1,0 +1,189 @@
+"""The learner's speed in one run: sampling (the general transformers loop vs the fast sampler), one training step
+(the general step vs the lean one), the machine's measured FLOP limit, and optionally the wall time of a trained
+and an untrained campaign at the same G (from the runs' own compute account). Ratios, medians of --repeats,
+the load average printed beside them.
+
+    python bench/perf/learner_speed.py                       # sampling, step, FLOP limit (~2 min on 2 cores)
+    python bench/perf/learner_speed.py --campaigns 30        # + 30-iteration campaigns: untrained, trained (overlapped
+                                                        #   learner, the default) and trained in the loop
+    python bench/perf/learner_speed.py --device cuda         # bench/checks/gpu_check.sh runs this on a GPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from evolve.analysis.account import describe  # noqa: E402
+from proposer.answers.scoring import seed_prompt  # noqa: E402
+from proposer.backends import make_backend  # noqa: E402
+from proposer.backends import fast_sampler as fs  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.training.lora import wrap_lora  # noqa: E402
+from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample  # noqa: E402
+
+
+def median_time(fn, repeats: int) -> float:
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def campaign_prompt(backend) -> str:
+    """A real campaign prompt: the first pbe-hard-heldout problem's seed, m = 4 (as the studies run)."""
+    from evaluators.types import Evaluation
+    from problems.suites import SUITES
+
+    p = SUITES["pbe-hard-heldout"]()[0]
+    ev = Evaluation(vector=[0.0] * len(p.tests), scalar=0.0, solved=False, status="wrong")
+    return seed_prompt(p, ev, 4, "compact", "f")
+
+
+def flop_limit(device: str, repeats: int) -> float:
+    """fp32 matmul GFLOP/s on this device at the sampler's thread count (a 1024^3 product)."""
+    a = torch.randn(1024, 1024, device=device)
+    b = torch.randn(1024, 1024, device=device)
+    t = median_time(lambda: a @ b, repeats * 3)
+    return 2 * 1024 ** 3 / t / 1e9
+
+
+def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) -> dict:
+    """tokens/s of the general loop and the fast sampler, the same rows, EOS off so every row runs `tokens`."""
+    eos = be.eos_ids
+    be.eos_ids = {-1}
+    sp = SamplingParams(temperature=1.0, max_tokens=tokens)
+    try:
+        old = median_time(lambda: be._decode([prompt_ids] * batch, sp, torch.Generator(be.device).manual_seed(0)),
+                          repeats)
+        new = median_time(lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
+                                            torch.Generator(be.device).manual_seed(0)), repeats)
+    finally:
+        be.eos_ids = eos
+    n = batch * tokens
+    return {"batch": batch, "lora": lora, "general_tok_s": n / old, "fast_tok_s": n / new, "ratio": old / new}
+
+
+def step_times(be, prompt: str, repeats: int) -> dict:
+    """One step on a campaign's group of 8 (one prompt, sampled completions): the general step (pi_old,
+    reference, training forward, movement; each row its own prompt) vs the lean one (movement off, as on 9 of
+    10 campaign steps) and lean with movement."""
+    g = be.generate([prompt], 8, SamplingParams(temperature=1.0, max_tokens=384, seed=1))[0]
+    samples = [TrainSample.from_completion(c, a) for c, a in zip(g, [1, -1, .5, -.5, 0, 1, -1, 0])]
+    cfgs = {"general": dict(lean=False, shared_prompt=False, movement=True), "lean": dict(movement=False),
+            "lean_with_movement": dict(movement=True)}
+    trainers = {k: PolicyTrainer(be.model, TrainConfig(lr=0.0, **v)) for k, v in cfgs.items()}
+    out = {k: median_time(lambda t=t: t.step(samples), repeats) for k, t in trainers.items()}
+    out["completion_tokens"] = sum(len(s.completion_ids) for s in samples)
+    out["ratio"] = out["general"] / out["lean"]
+    out["ratio_with_movement"] = out["general"] / out["lean_with_movement"]
+    return out
+
+
+ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner
+        "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"]}  # the step in the loop's thread
+
+
+def campaigns(iterations: int, repeats: int, group: int) -> dict:
+    """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
+    overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
+    G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`)."""
+    vevo = str(Path(sys.executable).parent / "vevo")
+    walls: dict[str, list[float]] = {k: [] for k in ARMS}
+    accounts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(repeats):
+            for arm, flags in ARMS.items():
+                out = Path(tmp) / f"{arm}-{r}"
+                subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
+                                str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
+                                *flags, "--out", str(out), "--quiet"], check=True)
+                show = json.loads(subprocess.run([vevo, "runs", "show", str(out), "--json"], check=True,
+                                                 capture_output=True, text=True).stdout)
+                comp = show.get("compute", {})
+                walls[arm].append(float(comp.get("wall_seconds") or 0.0))
+                accounts[arm] = comp
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    out = {"iterations": iterations, "group": group, "walls": walls, "accounts": accounts,
+           **{f"wall_{k}": v for k, v in med.items()}}
+    for k in ("vpo", "vpo_in_loop"):
+        out[f"ratio_{k}"] = med[k] / med["none"] if med["none"] else None
+    out["ratio"] = out["ratio_vpo"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: the campaign default)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=200, help="tokens per row in the sampling measurement")
+    ap.add_argument("--campaigns", type=int, default=0, help="iterations of the campaign arms (0: skip)")
+    ap.add_argument("--campaigns-only", action="store_true", help="skip the sampling and step measurements")
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    be = make_backend("tiny", device=args.device, threads=args.threads)
+    torch.set_num_threads(args.threads)
+    print(f"load average before: {os.getloadavg()}; torch threads {torch.get_num_threads()}; device {args.device}")
+    res: dict = {"threads": args.threads, "device": args.device}
+    if not args.campaigns_only:
+        prompt = campaign_prompt(be)
+        ids = be.encode_prompt(prompt, 384)[0]
+        res["prompt_tokens"] = len(ids)
+        gflops = flop_limit(args.device, args.repeats)
+        per_tok = fs.flops_per_token(be.model, len(ids) + args.tokens // 2)
+        res["fp32_gflops"], res["flop_limit_tok_s"] = gflops, gflops * 1e9 / per_tok
+        print(f"fp32 matmul {gflops:.1f} GFLOP/s; {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit "
+              f"{res['flop_limit_tok_s']:.0f} tokens/s")
+        rows = []
+        for lora in (False, True):
+            if lora:
+                torch.manual_seed(0)
+                be.model = wrap_lora(be.model, rank=8)
+                for n, p in be.model.named_parameters():
+                    if "lora_B" in n:
+                        p.data.normal_(0.0, 0.02)
+            for batch in (8, 16):
+                r = sampling(be, ids, batch, args.tokens, args.repeats, lora)
+                r["share_of_flop_limit"] = r["fast_tok_s"] / res["flop_limit_tok_s"]
+                rows.append(r)
+                print(f"sampling batch {batch:2d} lora {str(lora):5s}: general {r['general_tok_s']:6.0f} tok/s, "
+                      f"fast {r['fast_tok_s']:6.0f} tok/s ({r['ratio']:.2f}x; {100 * r['share_of_flop_limit']:.0f}% "
+                      f"of the FLOP limit)")
+        res["sampling"] = rows
+        st = step_times(be, prompt, args.repeats)
+        res["step"] = st
+        print(f"training step on a group of 8 ({st['completion_tokens']} completion tokens): general "
+              f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
+              f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x)")
+    if args.campaigns:
+        c = campaigns(args.campaigns, args.repeats, args.group)
+        res["campaigns"] = c
+        print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): untrained "
+              f"{c['wall_none']:.1f} s, trained {c['wall_vpo']:.1f} s ({c['ratio_vpo']:.2f}x), trained with the step "
+              f"in the loop {c['wall_vpo_in_loop']:.1f} s ({c['ratio_vpo_in_loop']:.2f}x)")
+        for arm, acc in c["accounts"].items():
+            print(f"  {arm}: {describe(acc)}")
+    print(f"load average after: {os.getloadavg()}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

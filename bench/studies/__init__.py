@@ -1,0 +1,1 @@
+"""Studies that write docs/results/: each states its command, seeds and plan; rerunnable by anyone."""

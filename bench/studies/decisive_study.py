@@ -1,0 +1,206 @@
+"""Does a trained proposer make the search better? The pre-registered study of issue #33
+(docs/results/decisive_study_plan.md: the plan, committed before any arm ran; results in
+docs/results/decisive_study.md).
+
+Arms ``iid``, ``none``, ``grpo``, ``vpo`` (only the flags in ``ARMS`` differ; everything else at the shipped
+defaults: G = 8, m = 4, 2 islands, a training step after every iteration), the bundled tiny proposer on the
+suite ``pbe-study``, 100 iterations, probes off, seeds 0..23 paired by seed. Within a seed the four arms run in
+the plan's order; ``--workers 2`` runs two seeds side by side (a deviation the write-up lists: equal-evaluation
+metrics do not depend on timing, because a seed's campaign is deterministic whatever the load; the wall-clock
+numbers of such runs are not a quiet machine's).
+
+Registered tests (evolve/stats.py): per contrast B − A paired by seed, the mean with its 95% t interval and the
+two-sided sign-flip p (100,000 Monte Carlo patterns, seed 0), Holm within each family. Primary: best_auc at equal
+evaluations, vpo − grpo and vpo − none. Secondary (5): best_auc at equal wall clock vpo − grpo, vpo − none (their
+runs need ``--wall``; unmeasured they stay nan and still count in Holm's m); solved at T vpo − grpo, vpo − none;
+best_auc none − iid.
+
+    .venv/bin/python bench/studies/decisive_study.py --workers 2          # the primary runs, then the tables
+    .venv/bin/python bench/studies/decisive_study.py --quick               # 2 seeds x 4 iterations: the pipeline
+
+Finished runs under --runs-dir are read, not rerun; an unfinished one is resumed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from bench.studies.search_study import measure, run, seed_band  # noqa: E402
+
+SUITE = "pbe-study"
+COMMON = ["--train-probe-every", "0"]
+ARMS = {"iid": ["--strategy", "iid", "--train", "none"], "none": ["--train", "none"],
+        "grpo": ["--train", "grpo"], "vpo": ["--train", "vpo"]}
+PRIMARY = (("best_auc", "grpo", "vpo"), ("best_auc", "none", "vpo"))
+SECONDARY = (("best_auc_wall", "grpo", "vpo"), ("best_auc_wall", "none", "vpo"), ("solved", "grpo", "vpo"),
+             ("solved", "none", "vpo"), ("best_auc", "iid", "none"))
+N_RESAMPLES = 100_000
+
+
+class Measured:
+    """Each finished run's measurement, kept in one JSON file (committed with the results) so that a later
+    session, whose checkout has no run folders, goes on from the seeds already measured instead of rerunning."""
+
+    def __init__(self, path: Path, iterations: int):
+        self.path, self.iterations, self.lock = path, iterations, threading.Lock()
+        self.data = json.loads(path.read_text()) if path.is_file() else {"iterations": iterations, "runs": {}}
+        if self.data["iterations"] != iterations:
+            raise SystemExit(f"{path} holds {self.data['iterations']}-iteration runs, not {iterations}")
+
+    def get(self, arm: str, seed: int) -> dict | None:
+        return self.data["runs"].get(f"{arm}/{seed}")
+
+    def put(self, arm: str, seed: int, m: dict) -> None:
+        with self.lock:
+            self.data["runs"][f"{arm}/{seed}"] = m
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, default=float))
+            tmp.replace(self.path)
+
+
+def one_seed(runs: Path, seed: int, iterations: int, kept: Measured) -> dict[str, dict]:
+    out = {}
+    for arm, flags in ARMS.items():
+        if (m := kept.get(arm, seed)) is not None:
+            out[arm] = m
+            continue
+        d = runs / arm / f"seed-{seed}"
+        t = time.perf_counter()
+        run(d, arm, seed, iterations, [*flags, *COMMON], suite=SUITE)
+        m = json.loads(json.dumps(measure(d, iterations), default=float))
+        m["load1"] = os.getloadavg()[0]
+        kept.put(arm, seed, m)
+        out[arm] = m
+        acc = m["account"]
+        print(f"seed {seed} {arm}: best_auc {m['best_auc']:.4f} solved {m['solved']:.0f} evaluations "
+              f"{m['evaluations']} wall {acc['wall_seconds']:.0f}s "
+              f"(train {acc['train_seconds']:.0f}s) [{time.perf_counter() - t:.0f}s]", flush=True)
+    return out
+
+
+def contrast_rows(res: dict, seeds: list[int], family: tuple) -> list[dict]:
+    from evolve.stats import holm, paired_contrast
+
+    rows, ps = [], {}
+    for metric, a, b in family:
+        name = f"{metric}: {b} − {a}"
+        if all(metric in res[x].get(s, {}) for x in (a, b) for s in seeds) and seeds:
+            c = paired_contrast([res[a][s][metric] for s in seeds], [res[b][s][metric] for s in seeds],
+                                n_resamples=N_RESAMPLES, seed=0)
+            c["mean_a"] = float(np.mean([res[a][s][metric] for s in seeds]))
+            c["mean_b"] = float(np.mean([res[b][s][metric] for s in seeds]))
+        else:  # registered, not measured: nan, still one of Holm's m
+            c = {"n": 0, "mean": float("nan"), "lo": float("nan"), "hi": float("nan"), "p_sign_flip": float("nan"),
+                 "mean_a": float("nan"), "mean_b": float("nan")}
+        rows.append({"name": name, "metric": metric, "a": a, "b": b, **c})
+        ps[name] = c["p_sign_flip"]
+    for r, h in zip(rows, holm(ps)):
+        r["p_holm"], r["reject"] = h["p_holm"], h["reject"]
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| contrast | n | mean A | mean B | B − A | 95% t CI | sign-flip p | Holm p | decision (α 0.05) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        dec = "not measured" if r["n"] == 0 else ("reject H0" if r["reject"] else "not rejected")
+        lines.append(f"| {r['name']} | {r['n']} | {r['mean_a']:.4f} | {r['mean_b']:.4f} | {r['mean']:+.4f} | "
+                     f"[{r['lo']:+.4f}, {r['hi']:+.4f}] | {r['p_sign_flip']:.4f} | {r['p_holm']:.4f} | {dec} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=24)
+    ap.add_argument("--iterations", type=int, default=100)
+    ap.add_argument("--workers", type=int, default=1, help="seeds run side by side (each its four arms in order)")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--runs-dir", default="runs/decisive_study")
+    ap.add_argument("--out", default="docs/results")
+    args = ap.parse_args()
+    if args.quick:
+        args.seeds, args.iterations = 2, 4
+    runs = Path(args.runs_dir)
+    out = runs if args.quick else Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    kept = Measured(out / "decisive_study_runs.json", args.iterations)
+    res: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
+    with ThreadPoolExecutor(args.workers) as ex:
+        done = ex.map(lambda s: one_seed(runs, s, args.iterations, kept), range(args.seeds))
+        for seed, got in zip(range(args.seeds), done):
+            for arm, m in got.items():
+                res[arm][seed] = m
+    seeds = sorted(res["none"])
+    primary, secondary = contrast_rows(res, seeds, PRIMARY), contrast_rows(res, seeds, SECONDARY)
+    acc_lines = ["| arm | wall s | generation s | tokens | evaluation s | training s | train wait s | steps |",
+                 "|---|---|---|---|---|---|---|---|"]
+    for a in ARMS:
+        acc = {k: float(np.mean([res[a][s]["account"].get(k, np.nan) for s in seeds]))
+               for k in res[a][seeds[0]]["account"]}
+        acc_lines.append(f"| {a} | {acc['wall_seconds']:.0f} | {acc['gen_seconds']:.0f} | {acc['gen_tokens']:.0f} | "
+                         f"{acc['eval_seconds']:.0f} | {acc['train_seconds']:.0f} | "
+                         f"{acc.get('train_wait_seconds', float('nan')):.0f} | {acc['train_steps']:.0f} |")
+    probs = sorted(res["none"][seeds[0]]["per_problem"])
+    prob_lines = ["| problem | " + " | ".join(f"{a} solved (of {len(seeds)})" for a in ARMS) + " | " +
+                  " | ".join(f"{a} mean best" for a in ARMS) + " |", "|---" * (1 + 2 * len(ARMS)) + "|"]
+    for p in probs:
+        cells = [str(sum(res[a][s]["per_problem"].get(p, {}).get("first_solve") is not None for s in seeds))
+                 for a in ARMS]
+        cells += [f"{np.mean([res[a][s]['per_problem'].get(p, {}).get('best') or 0.0 for s in seeds]):.3f}"
+                  for a in ARMS]
+        prob_lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    cmd = "python bench/studies/decisive_study.py" + (" --quick" if args.quick else f" --workers {args.workers}")
+    text = (f"Command: `{cmd}` ({len(seeds)} seeds, {args.iterations} iterations, suite {SUITE})\n\n"
+            "### Primary family (Holm within it)\n\n" + table(primary) +
+            "\n\n### Secondary family (Holm within it)\n\n" + table(secondary) +
+            "\n\n### Compute (mean per run)\n\n" + "\n".join(acc_lines) +
+            "\n\n### Per problem (exploratory)\n\n" + "\n".join(prob_lines) +
+            "\n\n### Per seed\n\n| seed | " + " | ".join(f"{a} best_auc | {a} solved" for a in ARMS) + " |\n" +
+            "|---" * (1 + 2 * len(ARMS)) + "|\n" +
+            "\n".join(f"| {s} | " + " | ".join(f"{res[a][s]['best_auc']:.4f} | {res[a][s]['solved']:.0f}"
+                                               for a in ARMS) + " |" for s in seeds) + "\n")
+    print(text)
+    (out / "decisive_study_table.md").write_text(text)
+    (out / "decisive_study.json").write_text(json.dumps(
+        {"seeds": seeds, "iterations": args.iterations, "suite": SUITE, "arms": ARMS, "common": COMMON,
+         "primary": primary, "secondary": secondary,
+         "runs": {a: {s: {k: v for k, v in res[a][s].items() if k not in ("curve", "clock")} for s in seeds}
+                  for a in ARMS}}, indent=1, default=float))
+    plot(res, seeds, args.iterations, out)
+
+
+def plot(res, seeds, iterations: int, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    grid = np.arange(iterations + 1, dtype=float)
+    for a in ARMS:
+        for ax, k in ((axes[0], 1), (axes[1], 2)):
+            m, h = seed_band([res[a][s] for s in seeds], k, grid)
+            ax.plot(grid, m, label=a)
+            ax.fill_between(grid, m - h, m + h, alpha=0.15)
+    axes[0].set(xlabel="iteration", ylabel="mean best score over problems", title=f"{SUITE}: best so far")
+    axes[1].set(xlabel="iteration", ylabel="problems solved", title=f"{SUITE}: solved so far")
+    for ax in axes:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "decisive_study.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""Periodic proposer updates inside a campaign: every ``train.every`` iterations, ``train.batch`` complete groups
+of the archive (the most recent, plus a ``train.replay_older`` share of older ones: ``proposer/training/replay_buffer.py``)
+→ rewards shaped by ``train.reward`` (``proposer/training/rewards.py``) → advantages (VPO or a baseline) → one
+PolicyTrainer step → a new policy version published to the backend (in place for ``hf``; the adapter is saved
+under the run dir).
+
+Resume: the adapter, optimizer state and policy version come back from ``RUN/trainer/state.json`` and the
+snapshot folder it names; a training step that a kill interrupted is redone, one that finished is not, so a
+resumed run trains exactly when the uninterrupted one did. A snapshot is deleted only once a newer one exists
+*and* the campaign committed an iteration after it was published: the archive's last checkpoint names the adapter
+the engine had when that iteration was committed (the one before the newest step), and resume loads it before
+the trainer publishes its own newest one; so the two newest snapshots are always kept.
+
+``train: covrl`` (and ``vpo+covrl``, alternating) takes CoVRL steps instead: verifier-free updates toward
+references the archive found (``evolve/training/covrl.py``); the same snapshots, versions and resume apply.
+
+Overlap (``train.overlap``, on by default where it applies: tiny / hf:PATH sampled by the fast sampler, LoRA, one
+proposer, no CoVRL): the step due at iteration t runs on a learner thread while the loop generates the next
+iteration from a pinned snapshot of the published policy (``HFBackend.pin_sampling``); it is joined and published
+at the commit of t+1, so a batch is generated one policy version more stale than in the loop, and the trainer's
+importance weights against the recorded behaviour log-probs already correct for that. Which policy made which
+batch is fixed by the iteration numbers alone, not by timing, so kill -9 + resume is exact: a step that the
+uninterrupted run had joined before the checkpoint is redone in the loop on the archive as of its iteration
+(``group_ids(through=t)``), one started at the checkpoint's commit is started again, and the campaign's end joins
+the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning.
+
+Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
+on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
+``proposer.options.sleep`` (``--vllm-sleep``) the engine sleeps during the step so the learner can use its GPU memory.
+"""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from proposer.answers.scoring import score_matrices
+from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has, method, optional
+from proposer.errors import TrainingError
+from proposer.training.algorithms import step_algorithm
+from proposer.training.replay_buffer import choose_groups, staleness
+from proposer.training.rewards import comparable_reward, reward_diversity
+
+from ..archive import Archive, GroupRow
+from ..config.schema import CampaignConfig
+from ..search.hooks import CampaignView  # the campaign calls the trainer; the trainer reads only this view of it
+from ..progress import training_fields
+from .setup import build_trainer, movement_due
+from .step import step_inputs
+
+
+KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
+
+
+def flatten_groups(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
+    """Flatten archive groups into the estimators' inputs: one (m × d) matrix per completion, padded per group by
+    the scoring path's `score_matrices` (proposer/answers/scoring.py), with its group id and completion."""
+    mats, gids, comps = [], [], []
+    for g in groups:
+        mats += score_matrices([c.answer_vectors for c in g.completions])
+        gids += [g.id] * len(g.completions)
+        comps += g.completions
+    return mats, gids, comps
+
+
+class CampaignTrainer:
+    """The campaign's `TrainerHook` (evolve/search/hooks.py): `due`, then the call, after each committed iteration."""
+
+    def __init__(self, cfg: CampaignConfig, run_dir: str | Path, backend: Backend, member: str | None = None):
+        """``member``: in a proposer portfolio, the trained member's name; it learns from its own groups only."""
+        self.cfg, self.backend, self.algo, self.member = cfg, backend, cfg.train.algo, member
+        self.dir = Path(run_dir) / "trainer"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # hf: the backend's own model is trained in place. vllm: a transformers copy of the same weights is
+        # trained and each new LoRA adapter is hot-swapped into the engine (LoRARequest).
+        self.learner = backend
+        if not has(backend, TRAINABLE):
+            if not (has(backend, ADAPTERS) and optional(backend, "path") and cfg.train.lora):
+                raise TrainingError(f"--train {cfg.train.algo} needs tiny, hf:PATH, or vllm:PATH or vllm-ray:PATH "
+                                    f"with LoRA, not {getattr(backend, 'name', type(backend).__name__)}")
+            from proposer.backends.hf import HFBackend
+
+            self.learner = HFBackend(backend.path, threads=cfg.proposer.threads, chat=False,
+                                     dtype=None if cfg.proposer.dtype == "auto" else cfg.proposer.dtype)
+        self.trainer = build_trainer(self.learner, cfg)  # evolve/training/setup.py, as `vevo train`
+        self.covrl = None
+        self.step_algo = step_algorithm(self.algo)  # None: a plain advantage estimator
+        if self.step_algo is not None:
+            from proposer.training.covrl import CoVRLError
+            from evolve.training.covrl import covrl_config
+            from proposer.training.covrl_step import CoVRLUpdater, check_trainable
+
+            try:
+                check_trainable(self.learner)
+            except CoVRLError as e:
+                raise TrainingError(str(e)) from None
+            self.covrl = CoVRLUpdater(self.trainer, covrl_config(cfg))
+        self.version = 0
+        self.last_iteration = -1
+        self.prober = None  # evolve/training/probe.py, built at the first step (it needs the campaign's problems)
+        self._before: dict[str, Any] = {}
+        self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
+        self._load()
+
+    # --------------------------------------------------------------- persistence
+    def _load(self) -> None:
+        state_file = self.dir / "state.json"
+        if not state_file.is_file():
+            return
+        import torch
+
+        st = json.loads(state_file.read_text())
+        self.version, self.last_iteration = int(st["version"]), int(st["iteration"])
+        snap = self.dir / st["snapshot"]
+        sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
+        trainable = {n for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        missing = trainable - set(sd)
+        if missing:
+            raise TrainingError(f"{snap}: saved weights do not match the model ({len(missing)} trainable tensors missing)")
+        self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
+        self.trainer.load_state_dict(torch.load(snap / "optimizer.pt", map_location="cpu", weights_only=False))
+        self._publish(snap)
+
+    def _publish(self, snap: Path) -> None:
+        """Make the new policy the one that generates: in place for hf, an adapter hot-swap otherwise."""
+        if self.learner is self.backend:
+            self.backend.set_policy_version(self.version)
+        else:
+            self.backend.load_adapter(snap / "adapter", self.version)
+
+    def _save(self, iteration: int, stats: dict[str, Any]) -> Path:
+        """Everything of one step goes into a fresh snapshot folder; replacing state.json (atomic rename) is
+        the commit point, so a kill at any moment leaves the previous complete step or this one."""
+        import shutil
+
+        import torch
+
+        snap = f"step-{iteration}-v{self.version}"
+        tmp = self.dir / (snap + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        trainable = {n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        torch.save(trainable, tmp / "weights.pt")
+        torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
+        if self.cfg.train.lora:
+            self.trainer.save_adapter(tmp / "adapter")
+        shutil.rmtree(self.dir / snap, ignore_errors=True)
+        tmp.rename(self.dir / snap)
+        st = self.dir / "state.tmp"
+        st.write_text(json.dumps({"version": self.version, "iteration": iteration, "snapshot": snap}))
+        st.replace(self.dir / "state.json")
+        self._prune(keep=snap)
+        return self.dir / snap
+
+    def _prune(self, keep: str) -> None:
+        """Delete all but the KEEP_SNAPSHOTS newest complete snapshots (see the module docstring for why two)."""
+        import shutil
+
+        def order(p: Path) -> tuple[int, int]:
+            it, _, v = p.name[len("step-"):].partition("-v")
+            return (int(it), int(v)) if it.isdigit() and v.isdigit() else (-1, -1)
+
+        snaps = sorted((p for p in self.dir.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")), key=order)
+        for p in snaps[:-KEEP_SNAPSHOTS]:
+            if p.name != keep:
+                shutil.rmtree(p, ignore_errors=True)
+
+    # --------------------------------------------------------------- hooks
+    def on_restore(self, camp: CampaignView) -> None:
+        """After the campaign restored its checkpoint: the trainer's own version wins (it may be newer), and
+        a step due at the checkpoint's iteration that never finished is done now (overlapped: a step the
+        uninterrupted run had already joined is redone here, the one due at the checkpoint started again)."""
+        if (self.dir / "state.json").is_file():
+            snap = self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"]
+            self._publish(snap)
+            done = {r.step for r in camp.archive.training_rows()}
+            if self.last_iteration not in done and (snap / "stats.json").is_file():  # killed before the row
+                stats = json.loads((snap / "stats.json").read_text())
+                if self._probe_due(stats) and "probe_own" not in stats:  # killed while probing: the same draw
+                    stats.update(self._probe(camp))
+                camp.archive.record_training(self.last_iteration, self.version, stats)
+        t, every = camp.iteration, self.cfg.train.every
+        if self._overlaps(camp):
+            for d in range((self.last_iteration // every + 1) * every, t, every):
+                if d > 0 and self.last_iteration < d:
+                    self.train(camp, d)
+        if t > 0 and t % every == 0 and self.last_iteration < t:
+            self.train(camp, t, background=self._overlaps(camp))
+
+    def due(self, iteration: int) -> bool:
+        """Whether committing `iteration` starts a training step (the campaign first lets generations in flight
+        finish under the current policy)."""
+        return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
+
+    def __call__(self, camp: CampaignView, iteration: int) -> None:
+        self.join(camp)  # a step started at an earlier commit is published now, before anything else is prepared
+        if self.due(iteration):
+            self.train(camp, iteration, background=self._overlaps(camp))
+
+    def drain(self, camp: CampaignView) -> None:
+        """At the campaign's end: the step still on the learner thread is finished and published."""
+        self.join(camp)
+
+    def _overlaps(self, camp: CampaignView) -> bool:
+        """Whether steps run on the learner thread (see the module docstring for when that applies)."""
+        return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
+                    and self.covrl is None and len(camp.members) <= 1
+                    and method(self.backend, "pin_sampling") is not None)
+
+    def join(self, camp: CampaignView) -> None:
+        """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
+        f, self._flight = self._flight, None
+        if f is None:
+            return
+        t = time.monotonic()
+        f.thread.join()
+        self.backend.unpin_sampling()
+        if f.error is not None:
+            raise f.error
+        f.stats.update(f.out)
+        f.stats["train_wait_seconds"] = round(time.monotonic() - t, 4)  # what the loop waited for it
+        self.version += 1
+        self._finish(camp, f.iteration, f.stats, step_seconds=f.seconds)
+
+    def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
+        """The replay buffer's pick (recent groups plus a seeded mix of older ones) from the groups committed
+        through ``iteration``, complete groups only."""
+        rng = np.random.default_rng([self.cfg.seed, iteration, 1])
+        ids = choose_groups(archive.group_ids(self.member, through=iteration), self.cfg.train.batch,
+                            self.cfg.train.replay_older, rng)
+        return [g for g in archive.groups_by_id(ids) if g.completions and all(c.token_ids for c in g.completions)]
+
+    def _shaping(self, archive: Archive, groups: list[GroupRow], mats: list[np.ndarray], comps: list
+                 ) -> tuple[list[np.ndarray] | None, list[np.ndarray | None] | None]:
+        """What train_reward needs from the archive, per completion: which answers became new programs (novel)
+        and its parent's test vector (improvement); see proposer/training/rewards.py."""
+        mode = self.cfg.train.reward
+        if mode == "novel":
+            novel = archive.new_answers([c.id for c in comps])
+            return [np.array([i in novel.get(c.id, ()) for i in range(m.shape[0])], dtype=bool)
+                    for m, c in zip(mats, comps)], None
+        if mode == "improvement":
+            vecs = archive.program_vectors(sorted({g.parent_id for g in groups if g.parent_id is not None}))
+            parent_of = {c.id: g.parent_id for g in groups for c in g.completions}
+            return None, [vecs.get(parent_of[c.id]) for c in comps]
+        return None, None
+
+    def _probe_due(self, stats: dict[str, Any], version: int | None = None) -> bool:
+        """Whether the policy ``version`` (default: the current one) that this step made is probed."""
+        every = self.cfg.train.probe_every
+        v = self.version if version is None else version
+        return bool(every and stats.get("samples") and v % every == 0)
+
+    def _probe(self, camp: CampaignView, suffix: str = "", quiet: bool = False) -> dict[str, Any]:
+        """The fixed probe sets' rewards under the current policy (evolve/training/probe.py); {} when probes are off.
+        ``quiet``: on the learner thread (no progress line; the probes were built by the first step's baseline)."""
+        if not self.cfg.train.probe_every:
+            return {}
+        if self.prober is None:
+            from .probe import Prober
+
+            self.prober = Prober(list(camp.problems.values()), seed=self.cfg.seed, k=self.cfg.train.probe_problems,
+                                 group=self.cfg.train.probe_group, m=self.cfg.search.answers,
+                                 temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
+                                 style=camp.prompt_style)
+        if not quiet:
+            camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
+        return self.prober.run(self.backend, camp.evaluator, suffix)
+
+    def train(self, camp: CampaignView, iteration: int, background: bool = False) -> dict[str, Any] | None:
+        """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`
+        finishes it), where the backend can pin the published policy for sampling meanwhile."""
+        groups = self._groups(camp.archive, iteration)
+        if not groups:
+            return None
+        self._t0 = time.monotonic()
+        camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups"
+                            f"{', on the learner thread' if background else ''})", announce=True)
+        # before the first update: the probes' baseline, kept in that step's row (overlapped: on the learner
+        # thread, before the update, while the loop samples the same policy pinned)
+        self._before = self._probe(camp, "_before") if self.version == 0 and not background else {}
+        raw_mats, gids, comps = flatten_groups(groups)
+        if self.step_algo is not None and self.step_algo.covrl_due(iteration, self.cfg.train.every,
+                                                                   self.cfg.train.covrl.share):
+            return self._train_covrl(camp, iteration, groups, raw_mats, comps)
+        algo = self.step_algo.estimator if self.step_algo is not None else self.algo
+        novel, parents = self._shaping(camp.archive, groups, raw_mats, comps)
+        try:
+            prepared = step_inputs(algo, raw_mats, gids, comps, reward=self.cfg.train.reward, novel=novel,
+                                   parents=parents, rng=np.random.default_rng([self.cfg.seed, iteration]))
+        except ValueError as e:  # bad training input never stops the campaign
+            camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
+            camp.reporter.event(f"training step skipped at iteration {iteration}: {e}", kind="training",
+                                data={"iteration": iteration, "skipped": str(e)})
+            self.last_iteration = iteration
+            return None
+        samples = prepared.samples
+        stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
+                                 **prepared.stats}
+        stats.update(staleness(self.version, [c.policy_version for c in comps]))
+        if samples:
+            self.trainer.cfg.movement = movement_due(self.cfg, self.version)
+            if background and self.backend.pin_sampling():
+                before = partial(self._probe, camp, "_before", quiet=True) if self.version == 0 else None
+                probe = None
+                if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
+                    probe = partial(self._probe, camp, quiet=True)
+                self._flight = _Flight(iteration, stats, self.trainer, samples, time.monotonic() - self._t0,
+                                       before, probe, self.backend)
+                return None
+        if background and self.version == 0:  # the learner thread was not used after all: the baseline here
+            self._before = self._probe(camp, "_before")
+        if samples:
+            with self._engine_asleep():
+                stats.update(self.trainer.step(samples))
+            self.version += 1
+        return self._finish(camp, iteration, stats)
+
+    @contextmanager
+    def _engine_asleep(self) -> Iterator[None]:
+        """Colocated vLLM with a separate learner: free the engine's GPU memory for the step."""
+        sleep, wake = method(self.backend, "sleep"), method(self.backend, "wake_up")
+        if self.learner is not self.backend and sleep is not None:
+            sleep()
+        try:
+            yield
+        finally:
+            if self.learner is not self.backend and wake is not None:
+                wake()
+
+    def _train_covrl(self, camp: CampaignView, iteration: int, groups, raw_mats, comps) -> dict[str, Any]:
+        """One CoVRL step (evolve/training/covrl.py); logged like every step, plus the references used."""
+        from evolve.training.covrl import covrl_step
+
+        stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
+                                 "algo": "covrl"}
+        stats.update(comparable_reward(raw_mats))
+        stats["reward_diversity"] = reward_diversity(raw_mats)
+        stats.update(staleness(self.version, [c.policy_version for c in comps]))
+        with self._engine_asleep():
+            stats.update(covrl_step(camp.archive, groups, self.learner, self.covrl, self.cfg, iteration))
+        stats["samples"] = int(stats.get("n_trajectories", 0))
+        if stats["samples"]:
+            self.version += 1
+        return self._finish(camp, iteration, stats)
+
+    def _finish(self, camp: CampaignView, iteration: int, stats: dict[str, Any], step_seconds: float | None = None) -> dict[str, Any]:
+        """Probes, snapshot, publish, and the archive row of a step (``step_seconds``: its cost when it ran on
+        the learner thread)."""
+        stats.update(self._before)
+        # the step's own cost (choosing groups, advantages, the update), without probes or snapshot: evolve/analysis/account.py adds them apart
+        stats["train_seconds"] = round(step_seconds if step_seconds is not None else
+                                       time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
+        snap = self._save(iteration, stats)
+        self.last_iteration = iteration
+        self._publish(snap)
+        if self._probe_due(stats) and "probe_seconds" not in stats:  # probes sample the published policy
+            stats.update(self._probe(camp))
+        camp.archive.record_training(iteration, self.version, stats)
+        camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
+                            f"{time.monotonic() - self._t0:.1f}s:", kind="training",
+                            data={"iteration": iteration, "step": self.version, **stats},
+                            **training_fields(stats))
+        return stats
+
+
+class _Flight:
+    """One update on the learner thread: ``before()`` (the first step's baseline probe), ``trainer.step(samples)``,
+    then ``probe()`` of the policy it made, the probes sampling the live model while the loop samples the pinned
+    one; their outcome and the step's cost (``seconds``: the preparation in the loop plus the step; probes count
+    apart, as ``probe_seconds``)."""
+
+    def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float,
+                 before: Any, probe: Any, backend: Any) -> None:
+        self.iteration, self.stats, self.seconds = iteration, stats, prep
+        self.out: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(trainer, samples, before, probe, backend),
+                                       name="vevo-learner", daemon=True)
+        self.thread.start()
+
+    def _run(self, trainer: Any, samples: list, before: Any, probe: Any, backend: Any) -> None:
+        try:
+            with backend.live_sampling():
+                base = before() if before is not None else {}
+                t = time.monotonic()
+                self.out = trainer.step(samples)
+                self.seconds += time.monotonic() - t
+                self.out.update(base)
+                if probe is not None:
+                    self.out.update(probe())
+        except BaseException as e:  # re-raised by join, in the loop's thread
+            self.error = e

@@ -1,0 +1,252 @@
+"""Periodic VPO updates inside real campaigns with the bundled tiny proposer (real model, real gradients)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from evolve.archive import Archive
+from proposer.backends import TINY_CHECKPOINT
+from tests.campaign_helpers import ROOT, vevo
+
+pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled tiny checkpoint")
+
+CFG = """
+suite: pbe-train
+proposer: {spec: tiny}
+search: {iterations: 8, islands: 1, answers: 2, group: 2, retire_solved: false}
+sampling: {max_tokens: 160}
+executor: {workers: 2}
+seed: 5
+train:
+  algo: vpo
+  every: 2
+  batch: 2
+  lr: 0.001
+  movement_every: 1
+"""  # train last: a test's extra keys (indented) continue its section
+
+
+def _cfg(tmp_path: Path, extra: str = "", group: int = 2) -> Path:
+    """CFG with the trained proposer's group pinned (default 2: these tests check mechanics, not learning, and the
+    shipped train.group 8 would make each of them ~4x slower)."""
+    p = tmp_path / "cfg.yaml"
+    p.write_text(CFG + f"  group: {group}\n" + extra)
+    return p
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_campaign_trains_and_records_policy_versions(tmp_path, overlap):
+    run = tmp_path / "run"
+    vevo("run", str(_cfg(tmp_path, f"  overlap: {str(overlap).lower()}\n")), "--out", str(run), "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows = a.training_rows()
+        groups = a.recent_groups(100)
+    trained = [r for r in rows if "loss" in r.data]
+    assert [r.step for r in rows] == [2, 4, 6, 8]
+    assert trained, "no training step had a non-zero advantage"
+    for r in rows:
+        assert {"mean_set_reward", "mean_best_answer", "reward_diversity", "groups", "staleness_mean"} <= set(r.data)
+        assert ("train_wait_seconds" in r.data) == (overlap and bool(r.data["samples"]))
+    for r in trained:
+        assert {"loss", "kl", "clip_frac", "grad_norm", "policy_kl", "mean_abs_dlogp", "greedy_changed"} <= set(r.data)
+        assert r.data["policy_kl"] >= 0
+    # which policy made a batch follows from the iteration numbers alone: at pipeline depth 1 the update at
+    # iteration d is published after d + 1 was generated; overlapped, it runs while d + 2 is generated and is
+    # published at the commit of d + 1
+    lag = 3 if overlap else 2
+    for g in groups:
+        expect = max((r.policy_version for r in rows if r.step + lag <= g.iteration), default=0)
+        assert {c.policy_version for c in g.completions} == {expect}, (g.iteration, lag)
+    st = json.loads((run / "trainer" / "state.json").read_text())
+    assert st["version"] == rows[-1].policy_version
+    assert (run / "trainer" / st["snapshot"] / "adapter" / "adapter_config.json").is_file()
+    # the newest snapshot and the one before it (the last checkpoint may name its adapter) are kept
+    snaps = sorted(p.name for p in (run / "trainer").glob("step-*"))
+    assert snaps == [f"step-6-v{rows[-2].policy_version}", st["snapshot"]]
+    assert all(r.data["samples"] == r.data["completions"] for r in rows)  # zero advantages are not dropped
+
+
+def _default_schedule_cfg(tmp_path: Path) -> tuple[Path, int]:
+    """CFG with the shipped training schedule (no train.every / train.batch / train.lr, no G: a step after every
+    iteration on its group of search.group's 8), long enough for two updates; and the iteration of the first update."""
+    from evolve.config.schema import CampaignConfig
+
+    every = CampaignConfig().train.every
+    text = "".join(line + "\n" for line in CFG.strip().splitlines()
+                   if not line.startswith(("  every", "  batch", "  lr")))
+    p = tmp_path / "cfg.yaml"
+    p.write_text(text.replace("iterations: 8", f"iterations: {2 * every + 2}").replace(" group: 2,", ""))
+    return p, every
+
+
+@pytest.mark.parametrize("schedule", ["replay+novel", "shipped default"])
+def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, schedule):
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    if schedule == "shipped default":  # the schedule `--train vpo` runs with, unchanged
+        cfg, kill_after = _default_schedule_cfg(tmp_path)
+    else:  # replay-buffer training: older groups drawn by a seeded RNG, novelty-shaped rewards, both resume exactly
+        cfg, kill_after = _cfg(tmp_path, "  replay_older: 0.5\n  reward: novel\n"), 2
+    vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(cfg), "--out", str(run), "--quiet"],
+                         cwd=str(ROOT), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    state = run / "trainer" / "state.json"
+    end = time.time() + 600
+    while time.time() < end and p.poll() is None:
+        if state.is_file() and json.loads(state.read_text())["iteration"] >= kill_after:
+            break
+        time.sleep(0.05)
+    assert p.poll() is None, p.stderr.read().decode()[-2000:]
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    at_kill = json.loads(state.read_text())
+    opt_at_kill = torch.load(run / "trainer" / at_kill["snapshot"] / "optimizer.pt", weights_only=False)
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        ra, rb = a.training_rows(), b.training_rows()
+        assert [(r.step, r.policy_version) for r in ra] == [(r.step, r.policy_version) for r in rb]
+        assert [r.data.get("staleness_mean") for r in ra] == [r.data.get("staleness_mean") for r in rb]
+        assert [r.data.get("mean_set_reward") for r in ra] == [r.data.get("mean_set_reward") for r in rb]
+        va = [c.policy_version for g in a.recent_groups(100) for c in g.completions]
+        vb = [c.policy_version for g in b.recent_groups(100) for c in g.completions]
+        assert va == vb
+        if schedule == "shipped default":  # the new schedule: a step per iteration, each on that iteration's 8
+            assert {len(g.completions) for g in a.recent_groups(100)} == {8}
+            assert [r.step for r in ra] == [1, 2, 3, 4] and all(r.data["groups"] == 1 for r in ra)
+    def final_opt(r: Path) -> dict:
+        return torch.load(r / "trainer" / json.loads((r / "trainer" / "state.json").read_text())["snapshot"] /
+                          "optimizer.pt", weights_only=False)
+    oa, ob = final_opt(ref), final_opt(run)
+    assert oa["version"] == ob["version"]  # optimizer updates counted across the kill
+    sa, sb = oa["optimizer"]["state"], ob["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for k in sa:  # Adam's step counter continued from the state saved before the kill
+        assert torch.equal(sa[k]["step"], sb[k]["step"])
+    # the resumed run started from exactly the optimizer state that was saved before the kill
+    steps_at_kill = int(opt_at_kill["optimizer"]["state"][0]["step"])
+    assert 1 <= steps_at_kill < int(sb[0]["step"])
+    assert_same_policy(ref, run)
+
+
+def assert_same_policy(ref: Path, run: Path) -> None:
+    """The final trained weights of two runs are bit for bit the same."""
+    def weights(r: Path) -> dict:
+        snap = json.loads((r / "trainer" / "state.json").read_text())["snapshot"]
+        return torch.load(r / "trainer" / snap / "weights.pt", weights_only=True)
+    wa, wb = weights(ref), weights(run)
+    assert wa.keys() == wb.keys() and wa
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+_KILL_IN_JOIN = """
+import os, sys
+from evolve.training import campaign as ct
+join = ct.CampaignTrainer.join
+def killing_join(self, camp):
+    f = self._flight
+    if f is not None and f.iteration == {at}:
+        os._exit(9)  # the archive has committed iteration {at} + 1; the step started at {at} never published
+    return join(self, camp)
+ct.CampaignTrainer.join = killing_join
+from evolve.cli import main
+sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
+"""
+
+
+def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path):
+    """The kill the learner thread adds: after iteration d + 1 is committed, before the step started at d is
+    joined. Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
+    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
+    code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run))
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 9, p.stderr[-2000:]
+    with Archive(run / "archive.db", readonly=True) as b:
+        assert max(r.step for r in b.training_rows()) == 3  # the step at 4 never published
+        assert b.checkpoint()[0] == 5
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        ra, rb = a.training_rows(), b.training_rows()
+        def key(r):
+            return (r.step, r.policy_version, r.data.get("mean_set_reward"), r.data.get("loss"),
+                    r.data.get("probe_own"), r.data.get("probe_heldout"), r.data.get("probe_own_before"))
+        assert [key(r) for r in ra] == [key(r) for r in rb]
+        # probes ran on the learner thread, of the policy each step made (versions 2, 4, ...), and were redone
+        assert [r.policy_version for r in ra if "probe_own" in r.data] == [2, 4, 6, 8]
+        assert [c.policy_version for g in a.recent_groups(100) for c in g.completions] == \
+               [c.policy_version for g in b.recent_groups(100) for c in g.completions]
+        assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
+               [c.token_ids for g in b.recent_groups(100) for c in g.completions]
+    assert_same_policy(ref, run)
+    for r in (ref, run):  # and the same export, program for program
+        vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))
+    assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
+
+
+def test_every_training_knob_reaches_the_trainer():
+    from evolve.config.schema import ConfigError, load_config
+    from evolve.launch.runner import backend_kwargs
+    from evolve.training.setup import training_config
+
+    cfg = load_config(None, {"train.algo": "vpo", "train.clip_eps": 0.1, "train.kl_beta": 0.0, "train.micro_batch": 2,
+                             "train.minibatch": 4, "train.max_seq_len": 512, "train.grad_checkpointing": True,
+                             "train.epochs": 2, "sampling.temperature": 0.7, "sampling.top_p": 0.95,
+                             "train.is_cap": 3.0, "proposer.spec": "vllm:/m", "sampling.chat": True,
+                             "train.lora_rank": 128})
+    tc = training_config(cfg)
+    assert (tc.clip_eps, tc.kl_beta, tc.micro_batch, tc.minibatch, tc.max_seq_len, tc.gradient_checkpointing,
+            tc.epochs, tc.temperature, tc.top_p, tc.is_cap) == (0.1, 0.0, 2, 4, 512, True, 2, 0.7, 0.95, 3.0)
+    assert training_config(load_config(None, {"train.algo": "vpo", "train.batch": 3, "train.group": 2})).minibatch == 6
+    assert training_config(load_config(None, {"train.algo": "vpo"})).minibatch == 8  # the shipped step: one group of 8
+    kw = backend_kwargs(cfg)
+    assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
+    assert backend_kwargs(load_config(None, {"proposer.spec": "tiny"}))["chat"] == "auto"
+    for bad, key in (({"train.lora_rnak": 4}, "did you mean 'train.lora_rank'"),
+                     ({"train.algo": "vpo", "proposer.dtype": "float16"}, "loss scaling"),
+                     ({"train.algo": "vpo", "sampling.temperature": 0}, "greedy"),
+                     ({"sampling.chat": "maybe"}, "sampling.chat")):
+        with pytest.raises(ConfigError, match=key):
+            load_config(None, bad)
+
+
+def test_train_group_sets_the_trained_proposers_group_and_each_step_learns_from_it(tmp_path):
+    """train.group: the trained proposer samples that many completions per prompt (the search's `group` is for
+    untrained runs), and a step every iteration on one group trains on exactly those completions."""
+    run = tmp_path / "run"
+    cfg = _cfg(tmp_path, "  probe_every: 0\n", group=3)
+    vevo("run", str(cfg), "--iterations", "3", "--train-every", "1", "--train-batch", "1", "--out", str(run),
+         "--quiet", timeout=900)
+    with Archive(run / "archive.db", readonly=True) as a:
+        rows, groups = a.training_rows(), a.recent_groups(100)
+    assert [len(g.completions) for g in groups] == [3, 3, 3]
+    assert [r.step for r in rows] == [1, 2, 3]
+    assert all(r.data["completions"] == 3 and r.data["groups"] == 1 for r in rows)
+
+
+def test_trained_and_untrained_runs_sample_the_same_completions_per_iteration_at_default_flags(tmp_path):
+    """One G for every arm: `vevo run --train vpo` and `--train none` with no G flag sample the same number of
+    completions per iteration (they used to differ 4x: train.group 8 against search.group 2), so arms compared
+    by iteration are compared at equal evaluations. Only cost flags beside the arm (tokens, probes) are given."""
+    per_iteration = {}
+    for arm in ("vpo", "none"):
+        run = tmp_path / arm
+        vevo("run", "--problem", "pbe/hard-list-7", "--proposer", "tiny", "--iterations", "2", "--train", arm,
+             "--train-probe-every", "0", "--set", "sampling.max_tokens=48", "--out", str(run), "--quiet", timeout=900)
+        with Archive(run / "archive.db", readonly=True) as a:
+            per_iteration[arm] = {g.iteration: len(g.completions) for g in a.recent_groups(100)}
+            if arm == "vpo":
+                assert [r.data["completions"] for r in a.training_rows() if r.data.get("samples")] == [8, 8]
+    from evolve.config.schema import CampaignConfig
+
+    assert per_iteration["vpo"] == per_iteration["none"] == {1: CampaignConfig().search.group, 2: 8}

@@ -13,9 +13,9 @@ from problems.registry import discover
 
 from .. import liveness
 from ..archive import archive_path, check_archive_file
-from ..search.campaign import Campaign
 from ..config.schema import CampaignConfig, config_to_yaml, load_run_config, stored_config
 from ..progress import Reporter, as_reporter
+from ..search.campaign import Campaign
 
 CONFIG_NAME = "config.yaml"
 

@@ -51,16 +51,16 @@ from proposer.answers.mutate import normalized_hash
 from proposer.answers.scoring import Slot, Triage, answer_vectors, triage
 from proposer.tiny.reach import reach_note
 
-from . import budget, health
 from ..archive import Archive, CompletionRecord, GroupRecord, PortfolioRecord, ProgramRecord, archive_path
 from ..config.schema import CampaignConfig
+from ..policies.portfolio import Member, Portfolio, batch_reward
+from ..progress import Rate, Reporter, as_reporter
+from . import budget, health
 from .hooks import TrainerHook
 from .islands import ProgramFacts
 from .pipeline import Batch, Pipeline
 from .population import Population, ResumeError
-from ..policies.portfolio import Member, Portfolio, batch_reward
 from .program_cache import live_ids, replay
-from ..progress import Rate, Reporter, as_reporter
 
 MAX_FORMAT_ERROR_CODE = 100_000  # characters of a malformed answer kept in the archive
 

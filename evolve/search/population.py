@@ -27,9 +27,9 @@ from problems import metrics as metric_columns
 from problems.errors import VevoError
 from proposer.answers.mutate import normalized_hash
 
-from ..policies import selection, strategies
 from ..archive import Archive, ProgramRecord
 from ..config.schema import SearchSection
+from ..policies import selection, strategies
 from .islands import Island, ProgramFacts
 from .program_cache import HashIndex, FactsCache, live_ids, load_facts, facts_of
 

@@ -24,8 +24,8 @@ from proposer.answers.mutate import normalized_hash
 
 from proposer.answers import feedback
 
-from . import health
 from ..archive import Archive
+from . import health
 from .islands import Island, ProgramFacts
 
 CACHE_FLOOR = 16_384  # the cache never prunes below this many members (a few MB)

@@ -50,8 +50,8 @@ from proposer.training.rewards import comparable_reward, reward_diversity
 
 from ..archive import Archive, GroupRow
 from ..config.schema import CampaignConfig
-from ..search.hooks import CampaignView  # the campaign calls the trainer; the trainer reads only this view of it
 from ..progress import training_fields
+from ..search.hooks import CampaignView  # the campaign calls the trainer; the trainer reads only this view of it
 from .setup import build_trainer, movement_due
 from .step import step_inputs
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..archive import Archive, ProgramRow, TrainingRow, archive_path
-from ..search.campaign import summarize
-from ..config.legacy import upgrade
 from ..analysis.curves import Axis, plot
 from ..analysis.portfolio_stats import member_stats
+from ..archive import Archive, ProgramRow, TrainingRow, archive_path
+from ..config.legacy import upgrade
+from ..search.campaign import summarize
 from . import pages
 from .components import e as _e
 from .freeze import freeze

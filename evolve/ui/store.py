@@ -19,11 +19,11 @@ from urllib.parse import quote
 from problems.errors import VevoError
 
 from .. import liveness
-from ..archive import ARCHIVE_NAME, Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow, archive_path
 from ..analysis.account import account
-from ..config.legacy import upgrade
 from ..analysis.curves import CurveFold
 from ..analysis.portfolio_stats import member_stats
+from ..archive import ARCHIVE_NAME, Archive, ArchiveError, CompletionRow, GroupRow, ProgramRow, TrainingRow, archive_path
+from ..config.legacy import upgrade
 
 IDLE_SECONDS = liveness.IDLE_SECONDS
 TOP_PROGRAMS = 20  # rows of a problem's heatmap

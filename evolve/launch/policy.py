@@ -52,22 +52,24 @@ def final_version(run_dir: str | Path) -> int:
 
 def load_policy(run_dir: str | Path, version: int | None = None) -> tuple[Any, CampaignConfig, int]:
     """(backend, the run's config, the version loaded): the run's proposer at policy ``version`` (None: the
-    final one). PolicyError when the run has a portfolio or the version is not kept."""
+    final one; in a portfolio, its trained member's policy). PolicyError when the version is not kept."""
     from proposer.backends import make_backend
     from proposer.backends.base import ADAPTERS, TRAINABLE, has
 
     from .runner import backend_kwargs
 
     cfg = run_config(run_dir)
-    if cfg.proposers:
-        raise PolicyError(f"{run_dir}: a proposer portfolio; vevo eval --run loads a run with one proposer")
+    spec, options = cfg.proposer.spec, None
+    if cfg.proposers:  # a portfolio: its trained member is the policy the trainer kept (else its first member)
+        m = next((m for m in cfg.proposers if m.train), cfg.proposers[0])
+        spec, options = m.spec, m.options
     want = final_version(run_dir) if version is None else int(version)
     kept = snapshots(run_dir)
     if want != 0 and want not in kept:
         have = ", ".join(str(v) for v in sorted({0, *kept}))
         raise PolicyError(f"{run_dir}: policy version {want} is not kept (kept: {have}; the trainer keeps the two "
                           f"newest)")
-    backend = make_backend(cfg.proposer.spec, **backend_kwargs(cfg))
+    backend = make_backend(spec, **(backend_kwargs(cfg, spec, options) if cfg.proposers else backend_kwargs(cfg)))
     if want == 0 or cfg.train.algo == "none":
         return backend, cfg, 0
     snap = kept[want]
@@ -88,6 +90,6 @@ def load_policy(run_dir: str | Path, version: int | None = None) -> tuple[Any, C
     elif has(backend, ADAPTERS) and (snap / "adapter").is_dir():
         backend.load_adapter(snap / "adapter", want)
     else:
-        raise PolicyError(f"{snap}: proposer {cfg.proposer.spec!r} can take neither the saved weights nor an "
+        raise PolicyError(f"{snap}: proposer {spec!r} can take neither the saved weights nor an "
                           f"adapter")
     return backend, cfg, want

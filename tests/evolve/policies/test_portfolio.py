@@ -265,6 +265,16 @@ def test_only_the_trained_member_changes_policy_version_and_shares_the_weights(t
     with Archive(run / "archive.db", readonly=True) as a:
         own = set(a.group_ids("policy"))
         assert own and own.isdisjoint(a.group_ids("base"))
+    # `vevo eval --run` on a portfolio loads its trained member's final policy
+    import torch
+
+    from evolve.launch.policy import final_version, load_policy, snapshots
+
+    backend, _, version = load_policy(run)
+    assert version == final_version(run) == len(steps) >= 2 and backend.policy_version == version
+    saved = torch.load(snapshots(run)[version] / "weights.pt", map_location="cpu", weights_only=True)
+    got = {n: p for n, p in backend.model.named_parameters() if p.requires_grad}
+    assert got and set(got) == set(saved) and all(torch.equal(got[n].detach().cpu(), saved[n]) for n in got)
 
 
 def test_one_proposer_run_is_a_one_member_portfolio(tmp_path):

@@ -116,3 +116,11 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def length_problem_toml(pid: str, title: str) -> str:
+    """problem.toml of a one-function problem (`solve(s)` returns len(s), two tests, one of them HTML-like), for
+    the report and UI tests that put hostile text in its id, title and seed."""
+    return (f'id = "{pid}"\ntitle = "{title}"\ndescription = "Return the length of the string s."\n'
+            'entry_point = "solve"\nseed = "seed.py"\n\n[[tests]]\nargs = ["<i>x</i>"]\nexpected = 8\n\n'
+            '[[tests]]\nargs = [""]\nexpected = 0\n')

@@ -22,26 +22,13 @@ import pytest
 from evolve.archive import TrainingRow
 from evolve.ui.report import WELL_KNOWN_KEYS, gather, training_keys
 
-from tests.campaign_helpers import vevo
+from tests.campaign_helpers import length_problem_toml, vevo
 
 TINY = ["--suite", "pbe", "--proposer", "tiny", "--iterations", "6", "--islands", "2", "--answers", "2",
         "--group", "2", "--seed", "0", "--quiet"]
 HOSTILE_CODE = "# </details><script>alert('code')</script>\n"
 HOSTILE_TITLE = "<script>alert('title')</script> & <b>count</b>"
-HOSTILE_TOML = f'''id = "evil/escape"
-title = "{HOSTILE_TITLE}"
-description = "Return the length of the string s."
-entry_point = "solve"
-seed = "seed.py"
-
-[[tests]]
-args = ["<i>x</i>"]
-expected = 8
-
-[[tests]]
-args = [""]
-expected = 0
-'''
+HOSTILE_TOML = length_problem_toml("evil/escape", HOSTILE_TITLE)
 # the seed solves its problem, so it is the problem's best program and its code is on the page
 HOSTILE_SEED = HOSTILE_CODE + "# EVOLVE-BLOCK-START\ndef solve(s):\n    return len(s)\n# EVOLVE-BLOCK-END\n"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

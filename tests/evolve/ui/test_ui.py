@@ -27,26 +27,13 @@ import pytest
 from evolve.ui.charts import band, thin
 from evolve.ui.components import e
 
-from tests.campaign_helpers import ROOT, interruptible, last_iteration, vevo
+from tests.campaign_helpers import ROOT, interruptible, last_iteration, length_problem_toml, vevo
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 # script tags, a javascript: link, a bidi override and an ANSI colour escape
 HOSTILE = "<script>window.__pwned=1</script><a href='javascript:window.__pwned=2'>x</a>\u202eevil\u202c\x1b[31mred"
-HOSTILE_TOML = '''id = "evil/ui"
-title = "<script>window.__pwned=3</script> \\u202etitle \\u001b[1m"
-description = "Return the length of the string s."
-entry_point = "solve"
-seed = "seed.py"
-
-[[tests]]
-args = ["<i>x</i>"]
-expected = 8
-
-[[tests]]
-args = [""]
-expected = 0
-'''
+HOSTILE_TOML = length_problem_toml("evil/ui", "<script>window.__pwned=3</script> \\u202etitle \\u001b[1m")
 HOSTILE_SEED = (f"# {HOSTILE}\n# EVOLVE-BLOCK-START\ndef solve(s):\n    if not s:\n"
                 f"        raise ValueError({HOSTILE!r})\n    return len(s)\n# EVOLVE-BLOCK-END\n")
 ITERATIONS = 14

@@ -386,8 +386,7 @@ def training(stores: Sequence[RunStore], s: RunStore) -> str:
                if isinstance(r.data.get(k), (int, float)) and not isinstance(r.data.get(k), bool)]
         charts.append(line_chart([(s.name, thin(pts, CURVE_POINTS), None)], k, "iteration", chart_id=f"train-{k}", width=360,
                                  height=220, step=False))
-    versions = s.q("SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
-                   "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")
+    versions = s.policy_versions()
     changes = [(float(it), float(v)) for k, (it, v) in enumerate(versions)
                if k == 0 or v != versions[k - 1][1] or k == len(versions) - 1]
     timeline = line_chart([("policy version", thin(changes, CURVE_POINTS), None)], "policy version the proposer sampled with",

@@ -317,6 +317,12 @@ class RunStore:
     def training(self) -> list[TrainingRow]:
         return self.archive.training_rows()
 
+    def policy_versions(self) -> list[tuple[int, int]]:
+        """(iteration, policy version the proposer sampled with) of each iteration that records one."""
+        return [(int(it), int(v)) for it, v in self.q(
+            "SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
+            "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")]
+
     def compute(self) -> dict[str, float]:
         """Where the run's time went (evolve/analysis/account.py)."""
         return account(self.archive.metrics_rows(), self.training())

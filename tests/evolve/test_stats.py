@@ -117,3 +117,22 @@ def test_paired_difference_reports_the_sign_flip_p():
     d = difference({0: 0.0, 1: 0.0, 2: 0.0}, {0: 1.0, 1: 2.0, 2: 3.0}, "best", ("none", "vpo"))
     assert d.p_sign_flip == pytest.approx(0.25) and "sign-flip p 0.25" in d.line()
     assert math.isnan(difference({0: 1.0, 1: 2.0}, {5: 1.0, 6: 3.0}).p_sign_flip)  # unpaired: no sign-flip test
+
+
+def test_decisive_study_contrasts_count_unmeasured_ones_in_holm(tmp_path):
+    """bench/studies/decisive_study.py: a registered contrast with no runs stays nan and still counts in Holm's m;
+    measured runs are kept in one JSON that a later start reads instead of rerunning."""
+    from bench.studies.decisive_study import Measured, contrast_rows
+
+    res = {a: {s: {"best_auc": base + 0.01 * s} for s in range(6)}
+           for a, base in (("grpo", 0.5), ("none", 0.4), ("vpo", 0.6), ("iid", 0.4))}
+    rows = contrast_rows(res, list(range(6)), (("best_auc", "grpo", "vpo"), ("best_auc_wall", "none", "vpo")))
+    measured, missing = rows
+    assert measured["mean"] == pytest.approx(0.1) and measured["p_sign_flip"] == pytest.approx(2 / 64)
+    assert measured["p_holm"] == pytest.approx(2 * 2 / 64) and not measured["reject"]  # m = 2: 0.0625, not 0.031
+    assert missing["n"] == 0 and math.isnan(missing["p_sign_flip"]) and not missing["reject"]
+    kept = Measured(tmp_path / "runs.json", 100)
+    kept.put("vpo", 3, {"best_auc": 0.5})
+    assert Measured(tmp_path / "runs.json", 100).get("vpo", 3) == {"best_auc": 0.5}
+    with pytest.raises(SystemExit, match="100-iteration"):
+        Measured(tmp_path / "runs.json", 50)

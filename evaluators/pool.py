@@ -24,7 +24,7 @@ from problems.model import Problem
 
 from . import cgroups, isolation, jail, sandbox
 from .recheck import BestTracker
-from .scoring import build_job, score
+from .judge import build_job, score
 from .types import Evaluation
 
 # What candidates import often, paid once per worker. Not `random` (nor `statistics`, which imports it): it

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.scoring import score
+from evaluators.judge import score
 from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord
 from evolve.cli import printable
 from evolve.config.schema import ConfigError, load_config

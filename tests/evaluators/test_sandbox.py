@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from evaluators.pool import SandboxPool
-from evaluators.scoring import build_job, score
+from evaluators.judge import build_job, score
 from problems.model import AssertCase, CallCase, Problem, StdioCase
 from tests.conftest import processes_of_uid
 from tests.sandbox_helpers import ADD, GOOD, HOSTILE, PICKLE_FORGERIES, SANDBOX_UIDS, sandbox_processes

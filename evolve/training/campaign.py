@@ -46,14 +46,13 @@ from proposer.backends.base import ADAPTERS, TRAINABLE, Backend, has, method, op
 from proposer.errors import TrainingError
 from proposer.training.algorithms import step_algorithm
 from proposer.training.replay_buffer import choose_groups, staleness
-from proposer.training.rewards import comparable_reward, reward_diversity
 
 from ..archive import Archive, GroupRow
 from ..config.schema import CampaignConfig
 from ..progress import training_fields
 from ..search.hooks import CampaignView  # the campaign calls the trainer; the trainer reads only this view of it
 from .setup import build_trainer, movement_due
-from .step import step_inputs
+from .step import reward_stats, step_inputs
 
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
@@ -342,8 +341,7 @@ class CampaignTrainer:
 
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  "algo": "covrl"}
-        stats.update(comparable_reward(raw_mats))
-        stats["reward_diversity"] = reward_diversity(raw_mats)
+        stats.update(reward_stats(raw_mats))
         stats.update(staleness(self.version, [c.policy_version for c in comps]))
         with self._engine_asleep():
             stats.update(covrl_step(camp.archive, groups, self.learner, self.covrl, self.cfg, iteration))

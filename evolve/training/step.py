@@ -33,6 +33,14 @@ def shaped(mats: Sequence[np.ndarray], mode: str, novel: Sequence[np.ndarray] | 
     return [shape_rewards(m, mode, novel=k, parent=p) for m, k, p in zip(mats, novel, parents)]
 
 
+def reward_stats(mats: Sequence[np.ndarray]) -> dict[str, float]:
+    """What every step records of its raw score matrices, whatever the algorithm (CoVRL's steps too): the
+    comparable set reward under fixed weights, the best answer's mean and the reward diversity."""
+    out = dict(comparable_reward(list(mats)))  # mean_set_reward (fixed weights), mean_best_answer
+    out["reward_diversity"] = reward_diversity(list(mats))
+    return out
+
+
 def step_inputs(algo: str, mats: Sequence[np.ndarray], group_ids: Sequence[int], completions: Sequence[Any], *,
                 reward: str = "vector", novel: Sequence[np.ndarray] | None = None,
                 parents: Sequence[np.ndarray | None] | None = None, rng: np.random.Generator | None = None
@@ -42,14 +50,12 @@ def step_inputs(algo: str, mats: Sequence[np.ndarray], group_ids: Sequence[int],
     them shaped. A completion without token ids (a backend that cannot train on it) gets no sample. Raises the
     estimator's ValueError on bad input (a campaign skips the step; `vevo train` stops)."""
     adv, diag = ESTIMATORS[algo](shaped(mats, reward, novel, parents), list(group_ids), rng=rng)
-    samples = [TrainSample(prompt_ids=list(c.prompt_token_ids), completion_ids=list(c.token_ids),
-                           behaviour_logprobs=None if c.logprobs is None else list(c.logprobs), advantage=float(a))
-               for c, a in zip(completions, adv) if c.prompt_token_ids and c.token_ids]
+    samples = [TrainSample.from_completion(c, float(a)) for c, a in zip(completions, adv)
+               if c.prompt_token_ids and c.token_ids]
     raw = diag.get("raw_scores") if isinstance(diag, dict) else None
     stats: dict[str, Any] = {"algo": algo, "train_reward": reward, "samples": len(samples),
                              "algo_reward": float(np.mean(raw)) if raw is not None and len(raw) else 0.0}
-    stats.update(comparable_reward(list(mats)))  # mean_set_reward (fixed weights), mean_best_answer
-    stats["reward_diversity"] = reward_diversity(list(mats))
+    stats.update(reward_stats(mats))
     if reward == "novel" and novel is not None and len(novel):
         stats["novel_share"] = float(np.mean(np.concatenate([np.asarray(k, dtype=float) for k in novel])))
     for k, v in (diag or {}).items():

@@ -1,6 +1,6 @@
 """Offline RL on recorded groups (`vevo train --traces DIR`): the traces of past campaigns (evolve/analysis/traces.py) in
-place of fresh samples, with the same estimators (proposer/training/estimators.py), the same reward shaping
-(``train.reward``) and the same PolicyTrainer (set up by evolve/training/setup.py, as a campaign and `vevo train`).
+place of fresh samples, through the same step function as a campaign and `vevo train` (evolve/training/step.py:
+the estimators, the ``train.reward`` shaping, the samples) and the same PolicyTrainer (set up by evolve/training/setup.py, as a campaign and `vevo train`).
 
 Off-policy correction: importance weighting, not re-sampling. Each recorded completion keeps the behaviour
 log-probs of the policy version that sampled it, and the trainer's decoupled-PPO path weighs every token by
@@ -24,42 +24,38 @@ from typing import Any
 import numpy as np
 
 from proposer.answers.scoring import score_matrices
-from proposer.backends.base import TRAINABLE, has
+from proposer.backends.base import TRAINABLE, Completion, has
 from proposer.errors import TrainingError
 from proposer.training.estimators import ESTIMATORS
-from proposer.training.rewards import comparable_reward, reward_diversity, shape_rewards
-from proposer.training.trainer import TrainSample
+from proposer.training.rewards import comparable_reward
 
 from ..config.schema import CampaignConfig
 from ..progress import as_reporter, training_fields
 from .setup import build_trainer, movement_due
+from .step import step_inputs
 
 EVAL_GROUPS = 64  # groups the recorded_set_reward is measured on (a fixed, seeded subset of larger datasets)
 
 
-def group_inputs(record: dict[str, Any], mode: str = "vector") -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """One record's per-completion score matrices: (raw, shaped by ``train.reward``). Pure."""
-    raw = score_matrices([[a["vector"] for a in c["answers"]] for c in record["completions"]])
-    if mode == "vector":
-        return raw, raw
-    shaped = []
-    for m, c in zip(raw, record["completions"]):
-        novel = np.array([a["outcome"] == "new" for a in c["answers"]], dtype=bool)
-        shaped.append(shape_rewards(m, mode, novel=novel, parent=record.get("parent_vector")))
-    return raw, shaped
+def raw_matrices(record: dict[str, Any]) -> list[np.ndarray]:
+    """One record's per-completion (m × d) score matrices, padded as the scoring path pads them. Pure."""
+    return score_matrices([[a["vector"] for a in c["answers"]] for c in record["completions"]])
 
 
-def samples_of(record: dict[str, Any], advantages) -> list[TrainSample]:
-    """The record's completions as trainer samples with their recorded behaviour log-probs."""
-    return [TrainSample(prompt_ids=list(c["prompt_token_ids"]), completion_ids=list(c["token_ids"]),
-                        behaviour_logprobs=[float(x) for x in c["logprobs"]], advantage=float(a))
-            for c, a in zip(record["completions"], advantages)]
+def step_parts(record: dict[str, Any]) -> tuple[list[np.ndarray], list[np.ndarray], list[Completion]]:
+    """What `step.step_inputs` takes from one record, per completion: its raw matrix, which answers became new
+    programs (the novel reward's mask) and the completion with its tokens and recorded behaviour log-probs."""
+    comps = record["completions"]
+    novel = [np.array([a["outcome"] == "new" for a in c["answers"]], dtype=bool) for c in comps]
+    return raw_matrices(record), novel, [
+        Completion(text=c.get("text", ""), policy_version=int(record["policy_version"]), token_ids=list(c["token_ids"]),
+                   logprobs=[float(x) for x in c["logprobs"]], prompt_token_ids=list(c["prompt_token_ids"]))
+        for c in comps]
 
 
 def set_rewards(record: dict[str, Any]) -> np.ndarray:
     """Each completion's set reward (fixed evaluation weights: the same number whatever the algorithm)."""
-    raw, _ = group_inputs(record)
-    return np.array([comparable_reward([m])["mean_set_reward"] for m in raw])
+    return np.array([comparable_reward([m])["mean_set_reward"] for m in raw_matrices(record)])
 
 
 def recorded_set_reward(trainer, records: list[dict[str, Any]]) -> float:
@@ -113,27 +109,22 @@ def train_on_traces(backend, records: list[dict[str, Any]], cfg: CampaignConfig,
     rep.begin(steps, 0, unit="step")
     for step in range(steps):
         chosen = rng.choice(len(records), size=min(t.batch, len(records)), replace=False)
-        raw_mats, mats, gids, samples = [], [], [], []
+        raw_mats, novel, parents, comps, gids = [], [], [], [], []
         for gi, i in enumerate(chosen):
-            raw, shaped = group_inputs(records[i], t.reward)
+            raw, new, cs = step_parts(records[i])
             raw_mats += raw
-            mats += shaped
-            gids += [gi] * len(shaped)
+            novel += new
+            parents += [records[i].get("parent_vector")] * len(raw)
+            comps += cs
+            gids += [gi] * len(raw)
         try:
-            adv, diag = ESTIMATORS[algo](mats, gids, rng=rng)
+            prepared = step_inputs(algo, raw_mats, gids, comps, reward=t.reward, novel=novel, parents=parents, rng=rng)
         except ValueError as e:  # recorded data the estimator cannot take: name the groups, no traceback
             raise TrainingError(f"vevo train --traces, step {step}: groups "
                                 f"{[records[i]['group_id'] for i in chosen]}: {e}") from None
-        k = 0
-        for i in chosen:
-            n = len(records[i]["completions"])
-            samples += samples_of(records[i], adv[k:k + n])
-            k += n
-        stats: dict[str, Any] = {"step": step, "algo": algo, "groups": len(chosen), "samples": len(samples),
-                                 "algo_reward": float(np.mean(diag["raw_scores"])) if len(diag.get("raw_scores", ())) else 0.0,
-                                 "reward_diversity": reward_diversity(raw_mats),
+        samples = prepared.samples
+        stats: dict[str, Any] = {"step": step, **prepared.stats, "groups": len(chosen),
                                  "policy_versions": sorted({int(records[i]["policy_version"]) for i in chosen})}
-        stats.update(comparable_reward(raw_mats))  # the batch's recorded mean_set_reward (fixed weights)
         if step == 0:
             stats["recorded_set_reward_before"] = recorded_set_reward(trainer, held)
             if prober is not None:

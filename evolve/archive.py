@@ -113,7 +113,8 @@ COMPLETION_COLUMNS = ("id, group_id, idx, text, answers, answer_vectors, token_i
                     "policy_version, sampling, finish_reason")
 
 
-# each table's row as `bulk_insert` takes it: the columns, in order (a synthetic archive for the benches)
+# each table's row as `bulk_insert` takes it: the columns, in order (the loop's commit and the benches' synthetic
+# archive write through it)
 TABLE_COLUMNS = {"groups": "id, problem, island, iteration, parent_id, prompt, policy_version, n, m",
                  "completions": COMPLETION_COLUMNS, "programs": PROGRAM_COLUMNS, "metrics": "iteration, data",
                  "portfolio": "iteration, member, policy_version, reward, data", "state": "key, iteration, value"}
@@ -121,8 +122,8 @@ TABLE_COLUMNS = {"groups": "id, problem, island, iteration, parent_id, prompt, p
 
 def bulk_insert(conn: sqlite3.Connection, table: str, rows: Sequence[tuple]) -> None:
     """Raw rows into one table, in the caller's transaction, values already encoded (`encode_json`,
-    `encode_numbers`): how `bench/perf/loop_overhead.py` writes a 100k-program archive in seconds. The loop
-    itself writes through `Archive.commit_iteration`; nothing here checks a row."""
+    `encode_numbers`): `Archive.record_iteration` writes its programs, metrics and portfolio rows through it, and
+    `bench/perf/loop_overhead.py` a 100k-program archive in seconds; nothing here checks a row."""
     cols = TABLE_COLUMNS[table]
     quoted = '"groups"' if table == "groups" else table
     conn.executemany(f"INSERT INTO {quoted}({cols}) VALUES ({', '.join('?' * (cols.count(',') + 1))})", rows)
@@ -639,14 +640,12 @@ class Archive:
                              encode_json(ev.artifacts), version, completion_id, p.answer_index, eval_index, p.staleness,
                              p.ast_hash))
             # one statement for all programs; ids are explicit (single writer inside BEGIN IMMEDIATE)
-            c.executemany(f"INSERT INTO programs({PROGRAM_COLUMNS}) VALUES ({', '.join('?' * 18)})", rows)
+            bulk_insert(c, "programs", rows)
             ids = [r[0] for r in rows]
-            c.execute("INSERT INTO metrics(iteration, data) VALUES (?, ?)", (iteration, encode_json(metrics or {})))
+            bulk_insert(c, "metrics", [(iteration, encode_json(metrics or {}))])
             if portfolio is not None:
-                c.execute("INSERT INTO portfolio(iteration, member, policy_version, reward, data) "
-                          "VALUES (?, ?, ?, ?, ?)",
-                          (iteration, portfolio.member, portfolio.policy_version, float(portfolio.reward),
-                           encode_json(portfolio.data)))
+                bulk_insert(c, "portfolio", [(iteration, portfolio.member, portfolio.policy_version,
+                                              float(portfolio.reward), encode_json(portfolio.data))])
             if state:
                 c.executemany("INSERT OR REPLACE INTO state(key, iteration, value) VALUES (?, ?, ?)",
                               [(str(k), iteration, encode_json(v)) for k, v in state.items()])

@@ -59,7 +59,7 @@ def load_policy(run_dir: str | Path, version: int | None = None) -> tuple[Any, C
     from .runner import backend_kwargs
 
     cfg = run_config(run_dir)
-    spec, options = cfg.proposer.spec, None
+    spec, options = cfg.proposer.spec, cfg.proposer.options
     if cfg.proposers:  # a portfolio: its trained member is the policy the trainer kept (else its first member)
         m = next((m for m in cfg.proposers if m.train), cfg.proposers[0])
         spec, options = m.spec, m.options
@@ -69,7 +69,7 @@ def load_policy(run_dir: str | Path, version: int | None = None) -> tuple[Any, C
         have = ", ".join(str(v) for v in sorted({0, *kept}))
         raise PolicyError(f"{run_dir}: policy version {want} is not kept (kept: {have}; the trainer keeps the two "
                           f"newest)")
-    backend = make_backend(spec, **(backend_kwargs(cfg, spec, options) if cfg.proposers else backend_kwargs(cfg)))
+    backend = make_backend(spec, **backend_kwargs(cfg, spec, options))
     if want == 0 or cfg.train.algo == "none":
         return backend, cfg, 0
     snap = kept[want]

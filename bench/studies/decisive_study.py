@@ -55,7 +55,7 @@ class Measured:
     session, whose checkout has no run folders, goes on from the seeds already measured instead of rerunning."""
 
     def __init__(self, path: Path, iterations: int):
-        self.path, self.iterations, self.lock = path, iterations, threading.Lock()
+        self.path, self.lock = path, threading.Lock()
         self.data = json.loads(path.read_text()) if path.is_file() else {"iterations": iterations, "runs": {}}
         if self.data["iterations"] != iterations:
             raise SystemExit(f"{path} holds {self.data['iterations']}-iteration runs, not {iterations}")
@@ -98,12 +98,10 @@ def contrast_rows(res: dict, seeds: list[int], family: tuple) -> list[dict]:
     for metric, a, b in family:
         name = f"{metric}: {b} − {a}"
         if all(metric in res[x].get(s, {}) for x in (a, b) for s in seeds) and seeds:
-            c = paired_contrast([res[a][s][metric] for s in seeds], [res[b][s][metric] for s in seeds],
-                                n_resamples=N_RESAMPLES, seed=0)
-            c["mean_a"] = float(np.mean([res[a][s][metric] for s in seeds]))
-            c["mean_b"] = float(np.mean([res[b][s][metric] for s in seeds]))
-            pairs = np.array([res[b][s][metric] - res[a][s][metric] for s in seeds], dtype=float)
-            c["sd_pairs"] = float(pairs.std(ddof=1)) if len(seeds) > 1 else float("nan")
+            xa, xb = (np.array([res[x][s][metric] for s in seeds], dtype=float) for x in (a, b))
+            c = paired_contrast(xa, xb, n_resamples=N_RESAMPLES, seed=0)
+            c["mean_a"], c["mean_b"] = float(xa.mean()), float(xb.mean())
+            c["sd_pairs"] = float((xb - xa).std(ddof=1)) if len(seeds) > 1 else float("nan")
             # the smallest true difference this many seeds detect with 80% power (two-sided 0.05, t approximation)
             c["mde80"] = float((t95(len(seeds) - 1) + T80) * c["sd_pairs"] / np.sqrt(len(seeds)))
         else:  # registered, not measured: nan, still one of Holm's m

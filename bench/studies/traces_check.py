@@ -108,7 +108,7 @@ def main() -> None:
         rows.append({"name": f"best@{k}: {b} − {a_}", **c})
     for r, h in zip(rows, holm({r["name"]: r["p_sign_flip"] for r in rows})):
         r["p_holm"], r["reject"] = h["p_holm"], h["reject"]
-    lines = [f"| contrast | n | B − A | 95% t CI | sign-flip p | Holm p | decision (α 0.05) |",
+    lines = ["| contrast | n | B − A | 95% t CI | sign-flip p | Holm p | decision (α 0.05) |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['n']} | {r['mean']:+.4f} | [{r['lo']:+.4f}, {r['hi']:+.4f}] | "
               f"{r['p_sign_flip']:.4f} | {r['p_holm']:.4f} | {'reject H0' if r['reject'] else 'not rejected'} |"

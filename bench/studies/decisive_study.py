@@ -15,8 +15,20 @@ evaluations, vpo − grpo and vpo − none. Secondary (5): best_auc at equal wal
 runs need ``--wall``; unmeasured they stay nan and still count in Holm's m); solved at T vpo − grpo, vpo − none;
 best_auc none − iid.
 
+The equal-wall-clock runs (``--wall``): arms ``none``, ``grpo``, ``vpo`` with ``--budget-seconds W``, W the median
+wall clock of the ``none`` arm's primary runs (fixed by them, so they must all be measured first), the area under
+best@time over seconds 0..W. With two workers the second runs its seed's arms rotated by one (grpo, vpo, none), so
+every arm shares the machine with each of the other two arms alike.
+
     .venv/bin/python bench/studies/decisive_study.py --workers 2          # the primary runs, then the tables
-    .venv/bin/python bench/studies/decisive_study.py --quick               # 2 seeds x 4 iterations: the pipeline
+    .venv/bin/python bench/studies/decisive_study.py --workers 2 --wall   # then the equal-wall-clock runs too
+    .venv/bin/python bench/studies/decisive_study.py --workers 2 --final  # and the final policies' best@k slopes
+    .venv/bin/python bench/studies/decisive_study.py --quick [--wall] [--final]  # 2 seeds x 4 iterations
+
+The paper's first claim (``--final``): each trained primary run (grpo, vpo) is regenerated from its seed where its
+folder is gone (the campaign is deterministic, so its best_auc must equal the measured one; a run that differs is
+reported), then `vevo eval --run RUN --k 64 --seed 0 --json` reads its final policy on the suite's problems; per
+run, the least-squares slope of the problems' mean best@k on log k over k = 1..64; vpo − grpo paired by seed.
 
 Finished runs under --runs-dir are read, not rerun; an unfinished one is resumed.
 """
@@ -37,15 +49,19 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench.studies.search_study import measure, run, seed_band  # noqa: E402
+from bench.studies.search_study import at_wall, measure, run, seed_band  # noqa: E402
 
 SUITE = "pbe-study"
 COMMON = ["--train-probe-every", "0"]
 ARMS = {"iid": ["--strategy", "iid", "--train", "none"], "none": ["--train", "none"],
         "grpo": ["--train", "grpo"], "vpo": ["--train", "vpo"]}
 PRIMARY = (("best_auc", "grpo", "vpo"), ("best_auc", "none", "vpo"))
+FINAL = (("best_at_k_slope", "grpo", "vpo"),)
+FINAL_ARMS, FINAL_K = ("grpo", "vpo"), 64
 SECONDARY = (("best_auc_wall", "grpo", "vpo"), ("best_auc_wall", "none", "vpo"), ("solved", "grpo", "vpo"),
              ("solved", "none", "vpo"), ("best_auc", "iid", "none"))
+WALL_ARMS = ("none", "grpo", "vpo")
+NO_CAP = 100_000  # the wall-clock runs' --iterations: never the rule that stops them
 N_RESAMPLES = 100_000
 T80 = 0.858  # one-sided t_{0.8} at 23 degrees of freedom (0.842 as df grows): the power term of the MDE
 
@@ -54,11 +70,13 @@ class Measured:
     """Each finished run's measurement, kept in one JSON file (committed with the results) so that a later
     session, whose checkout has no run folders, goes on from the seeds already measured instead of rerunning."""
 
-    def __init__(self, path: Path, iterations: int):
+    def __init__(self, path: Path, iterations: int, budget_seconds: float | None = None):
         self.path, self.lock = path, threading.Lock()
-        self.data = json.loads(path.read_text()) if path.is_file() else {"iterations": iterations, "runs": {}}
-        if self.data["iterations"] != iterations:
-            raise SystemExit(f"{path} holds {self.data['iterations']}-iteration runs, not {iterations}")
+        fixed = {"iterations": iterations, **({"budget_seconds": budget_seconds} if budget_seconds else {})}
+        self.data = json.loads(path.read_text()) if path.is_file() else {**fixed, "runs": {}}
+        for k, v in fixed.items():
+            if self.data.get(k) != v:
+                raise SystemExit(f"{path} holds runs of {k} {self.data.get(k)}, not {v}")
 
     def get(self, arm: str, seed: int) -> dict | None:
         return self.data["runs"].get(f"{arm}/{seed}")
@@ -88,6 +106,55 @@ def one_seed(runs: Path, seed: int, iterations: int, kept: Measured) -> dict[str
         print(f"seed {seed} {arm}: best_auc {m['best_auc']:.4f} solved {m['solved']:.0f} evaluations "
               f"{m['evaluations']} wall {acc['wall_seconds']:.0f}s "
               f"(train {acc['train_seconds']:.0f}s) [{time.perf_counter() - t:.0f}s]", flush=True)
+    return out
+
+
+def wall_seed(runs: Path, seed: int, order: tuple[str, ...], budget: float, kept: Measured) -> dict[str, dict]:
+    """One seed's equal-wall-clock runs, arms in ``order``: best@time's area over seconds 0..budget."""
+    out = {}
+    for arm in order:
+        if (m := kept.get(arm, seed)) is None:
+            d = runs / "wall" / arm / f"seed-{seed}"
+            run(d, arm, seed, NO_CAP, [*ARMS[arm], *COMMON, "--budget-seconds", repr(budget)], suite=SUITE)
+            full = json.loads(json.dumps(measure(d, NO_CAP), default=float))
+            auc, best = at_wall(full, budget)
+            m = {"best_auc_wall": auc, "best_wall": best, "iterations_done": len(full["clock"][0]),
+                 "stopped_by": full["stopped_by"], "evaluations": full["evaluations"], "account": full["account"],
+                 "clock": full["clock"], "curve": full["curve"], "load1": os.getloadavg()[0]}
+            kept.put(arm, seed, m)
+            print(f"seed {seed} {arm} (wall {budget:.1f}s): best_auc_wall {auc:.4f} iterations "
+                  f"{m['iterations_done']} stopped by {m['stopped_by']}", flush=True)
+        out[arm] = m
+    return out
+
+
+def final_seed(runs: Path, seed: int, iterations: int, primary: dict[str, dict], k: int,
+               kept: Measured) -> dict[str, dict]:
+    """One seed's trained runs at their final policies: best@k for k = 1..k on the run's problems, its slope on
+    log k; the run regenerated first if its folder is gone."""
+    import subprocess
+
+    out = {}
+    for arm in FINAL_ARMS:
+        if (m := kept.get(arm, seed)) is None:
+            d = runs / arm / f"seed-{seed}"
+            run(d, arm, seed, iterations, [*ARMS[arm], *COMMON], suite=SUITE)
+            regen = measure(d, iterations)["best_auc"]
+            r = subprocess.run([sys.executable, "-m", "evolve.cli", "eval", "--run", str(d), "--k", str(k), "--seed",
+                                "0", "--json", "--quiet"], cwd=ROOT, capture_output=True, text=True, check=True)
+            rows = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+            curve = np.mean([row["best@k"] for row in rows], axis=0)
+            slope = float(np.polyfit(np.log(np.arange(1, len(curve) + 1)), curve, 1)[0])
+            m = {"best_at_k_slope": slope, "best_at_k": curve.tolist(),
+                 "pass_at_k": np.mean([row["pass@k"] for row in rows], axis=0).tolist(),
+                 "policy_version": rows[0]["policy_version"], "per_problem": rows,
+                 "best_auc_regenerated": float(regen), "best_auc_primary": primary[arm]["best_auc"],
+                 "reproduced": abs(float(regen) - primary[arm]["best_auc"]) < 1e-9}
+            kept.put(arm, seed, m)
+            print(f"seed {seed} {arm} final policy v{m['policy_version']}: best@{k} slope on log k {slope:.4f}, "
+                  f"best@1 {curve[0]:.4f} best@{k} {curve[-1]:.4f}; regenerated run "
+                  f"{'reproduces' if m['reproduced'] else 'DIFFERS FROM'} the primary best_auc", flush=True)
+        out[arm] = m
     return out
 
 
@@ -131,6 +198,8 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--workers", type=int, default=1, help="seeds run side by side (each its four arms in order)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--wall", action="store_true", help="also the equal-wall-clock runs (after the primary ones)")
+    ap.add_argument("--final", action="store_true", help="also the trained runs' final policies' best@k (k to 64)")
     ap.add_argument("--runs-dir", default="runs/decisive_study")
     ap.add_argument("--out", default="docs/results")
     args = ap.parse_args()
@@ -147,6 +216,41 @@ def main() -> None:
             for arm, m in got.items():
                 res[arm][seed] = m
     seeds = sorted(res["none"])
+    wall = {}
+    if args.wall:
+        budget = float(np.median([res["none"][s]["account"]["wall_seconds"] for s in seeds]))
+        kept_w = Measured(out / "decisive_study_wall_runs.json", NO_CAP, budget)
+        rotated = WALL_ARMS[1:] + WALL_ARMS[:1]
+        with ThreadPoolExecutor(args.workers) as ex:
+            done = ex.map(lambda s: wall_seed(runs, s, WALL_ARMS if s % 2 == 0 or args.workers == 1 else rotated,
+                                              budget, kept_w), seeds)
+            for seed, got in zip(seeds, done):
+                for arm, m in got.items():
+                    res[arm][seed]["best_auc_wall"] = m["best_auc_wall"]
+                    wall.setdefault(arm, {})[seed] = m
+        wall_note = (f"equal-wall-clock runs: W = {budget:.3f} s (the median wall clock of the none arm's primary "
+                     "runs); stopped by: " + ", ".join(
+                         f"{a} " + "/".join(sorted({str(wall[a][s]['stopped_by']) for s in seeds})) for a in WALL_ARMS)
+                     + "; iterations done (mean): " + ", ".join(
+                         f"{a} {np.mean([wall[a][s]['iterations_done'] for s in seeds]):.1f}" for a in WALL_ARMS))
+    final = {}
+    if args.final:
+        k = 2 if args.quick else FINAL_K
+        kept_f = Measured(out / "decisive_study_final_runs.json", args.iterations)
+        with ThreadPoolExecutor(args.workers) as ex:
+            done = ex.map(lambda s: final_seed(runs, s, args.iterations, {a: res[a][s] for a in FINAL_ARMS}, k,
+                                               kept_f), seeds)
+            for seed, got in zip(seeds, done):
+                for arm, m in got.items():
+                    res[arm][seed]["best_at_k_slope"] = m["best_at_k_slope"]
+                    final.setdefault(arm, {})[seed] = m
+        not_repro = [f"{a}/{s}" for a in FINAL_ARMS for s in seeds if not final[a][s]["reproduced"]]
+        final_rows = contrast_rows(res, seeds, FINAL)
+        final_text = (f"\n\n### The paper's first claim: final policies, slope of best@k on log k (k = 1..{k})\n\n"
+                      + table(final_rows) + "\n\nMean best@k over seeds at k = 1, 8, 30, 64: " + "; ".join(
+                          f"{a} " + ", ".join(f"{np.mean([final[a][s]['best_at_k'][x - 1] for s in seeds]):.4f}"
+                                             for x in (1, 8, 30, 64) if x <= k) for a in FINAL_ARMS)
+                      + f". Regenerated runs that differ from their primary best_auc: {not_repro or 'none'}.")
     primary, secondary = contrast_rows(res, seeds, PRIMARY), contrast_rows(res, seeds, SECONDARY)
     acc_lines = ["| arm | wall s | generation s | tokens | evaluation s | training s | train wait s | steps |",
                  "|---|---|---|---|---|---|---|---|"]
@@ -165,10 +269,13 @@ def main() -> None:
         cells += [f"{np.mean([res[a][s]['per_problem'].get(p, {}).get('best') or 0.0 for s in seeds]):.3f}"
                   for a in ARMS]
         prob_lines.append(f"| {p} | " + " | ".join(cells) + " |")
-    cmd = "python bench/studies/decisive_study.py" + (" --quick" if args.quick else f" --workers {args.workers}")
+    cmd = ("python bench/studies/decisive_study.py" + (" --quick" if args.quick else f" --workers {args.workers}")
+           + (" --wall" if args.wall else "") + (" --final" if args.final else ""))
     text = (f"Command: `{cmd}` ({len(seeds)} seeds, {args.iterations} iterations, suite {SUITE})\n\n"
+            + (f"The {wall_note}.\n\n" if wall else "") +
             "### Primary family (Holm within it)\n\n" + table(primary) +
-            "\n\n### Secondary family (Holm within it)\n\n" + table(secondary) +
+            "\n\n### Secondary family (Holm within it)\n\n" + table(secondary)
+            + (final_text if final else "") +
             "\n\n### Compute (mean per run)\n\n" + "\n".join(acc_lines) +
             "\n\n### Per problem (exploratory)\n\n" + "\n".join(prob_lines) +
             "\n\n### Per seed\n\n| seed | " + " | ".join(f"{a} best_auc | {a} solved" for a in ARMS) + " |\n" +
@@ -181,8 +288,15 @@ def main() -> None:
         {"seeds": seeds, "iterations": args.iterations, "suite": SUITE, "arms": ARMS, "common": COMMON,
          "primary": primary, "secondary": secondary,
          "runs": {a: {s: {k: v for k, v in res[a][s].items() if k not in ("curve", "clock")} for s in seeds}
-                  for a in ARMS}}, indent=1, default=float))
+                  for a in ARMS},
+         "wall": {a: {s: {k: v for k, v in wall[a][s].items() if k not in ("curve", "clock")} for s in seeds}
+                  for a in wall},
+         "final": ({"contrasts": final_rows, "runs": {a: {s: {k: v for k, v in final[a][s].items()
+                                                               if k != "per_problem"} for s in seeds}
+                                                      for a in final}} if final else {})}, indent=1, default=float))
     plot(res, seeds, args.iterations, out)
+    if wall:
+        plot_wall(wall, seeds, budget, out)
 
 
 def plot(res, seeds, iterations: int, out: Path) -> None:
@@ -204,6 +318,29 @@ def plot(res, seeds, iterations: int, out: Path) -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(out / "decisive_study.png", dpi=110)
+
+
+def plot_wall(wall, seeds, budget: float, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bench.studies.search_study import wall_curve
+    from evolve.analysis.curves import step_at
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    grid = np.linspace(0.0, budget, 201)
+    for a in WALL_ARMS:
+        ys = np.array([step_at(*wall_curve(wall[a][s]), grid, past_end=None) for s in seeds])
+        m = ys.mean(0)
+        h = 1.96 * ys.std(0, ddof=1) / np.sqrt(len(seeds)) if len(seeds) > 1 else 0 * m
+        ax.plot(grid, m, label=a)
+        ax.fill_between(grid, m - h, m + h, alpha=0.15)
+    ax.set(xlabel="wall seconds", ylabel="mean best score over problems", title=f"{SUITE}: best so far at W")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "decisive_study_wall.png", dpi=110)
 
 
 if __name__ == "__main__":

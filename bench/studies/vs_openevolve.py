@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import shutil
-import sqlite3
 import sys
 import threading
 import time
@@ -188,7 +187,7 @@ def run_openevolve(folder: Path, evaluations: int, seed: int, out: Path, url: st
 
 
 def run_vevo(folder: Path, evaluations: int, seed: int, out: Path) -> dict:
-    from evolve.archive import archive_path
+    from evolve.archive import Archive, archive_path
     from evolve.config.schema import CampaignConfig
     from evolve.launch.runner import start
 
@@ -199,10 +198,10 @@ def run_vevo(folder: Path, evaluations: int, seed: int, out: Path) -> dict:
                          search={"iterations": iterations, "islands": 2, "answers": answers, "group": group})
     t0 = time.time()
     _, summary = start(cfg, progress=False)
-    with sqlite3.connect(archive_path(out)) as db:
-        rows = db.execute("SELECT eval_index, scalar, solved FROM programs WHERE status != 'format_error' "
-                          "AND iteration > 0 ORDER BY eval_index").fetchall()
-    solved_at = next((i + 1 for i, (_, _, sv) in enumerate(rows) if sv), None)
+    with Archive(archive_path(out), readonly=True) as a:
+        rows = [p for p in sorted(a.programs(), key=lambda p: p.eval_index)
+                if p.status != "format_error" and p.iteration > 0]
+    solved_at = next((i + 1 for i, p in enumerate(rows) if p.solved), None)
     return {"best": summary["best"][folder.name]["scalar"], "evaluations": len(rows), "solved_at": solved_at,
             "seconds": round(time.time() - t0, 1)}
 

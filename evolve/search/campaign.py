@@ -127,17 +127,19 @@ class Campaign:
     def __init__(self, cfg: CampaignConfig, run_dir: str | Path, problems: list[Problem], backend: Backend,
                  evaluator: Evaluator, *, progress: bool | Reporter = False, trainer: TrainerHook | None = None,
                  on_iteration: Callable[["Campaign", int], None] | None = None,
+                 on_restored: Callable[["Campaign"], None] | None = None,
                  members: list[tuple[Member, Backend]] | None = None):
         """``backend`` is the one the trainer and the checkpoint's policy version follow; ``members`` (a proposer
         portfolio, evolve/policies/portfolio.py) the arms and their backends, ``backend`` among them; None: one member.
         ``trainer`` trains ``backend`` between iterations; ``on_iteration(campaign, t)`` is called after each
-        commit, after the trainer."""
+        commit, after the trainer; ``on_restored(campaign)`` once per start, when the run's state is in memory
+        (read back from the archive, or the seeds recorded) and before its first new iteration."""
         if not problems:
             raise ValueError("a campaign needs at least one problem")
         if trainer is not None and not isinstance(trainer, TrainerHook):
             raise TypeError(f"{type(trainer).__name__} is not a TrainerHook (evolve/search/hooks.py)")
         self.cfg, self.backend, self.evaluator = cfg, backend, evaluator
-        self.trainer, self.on_iteration = trainer, on_iteration
+        self.trainer, self.on_iteration, self.on_restored = trainer, on_iteration, on_restored
         if members is None:
             spec = cfg.proposer.spec
             members = [(Member(name=member_name(spec), spec=spec, train=cfg.train.algo != "none"), backend)]
@@ -177,6 +179,8 @@ class Campaign:
             pending = []
         else:  # this start's config: `vevo resume --iterations` may have moved the budget (ui status, curves)
             self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
+        if self.on_restored is not None:
+            self.on_restored(self)
         self._rate = Rate(self.evals_run)
         self.reporter.begin(self.cfg.search.iterations, self.iteration)
         try:

@@ -12,11 +12,10 @@ cache is exempt (``unbounded``): it finishes in the background, so a second look
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 MAX_PAGE_BYTES = 8 << 20    # one response's body
 MAX_FIELD_CHARS = 100_000   # one shown field (code, error, evaluator output, completion text)
@@ -43,9 +42,9 @@ def check() -> None:
         raise TooSlow
 
 
-def watch(conn: sqlite3.Connection) -> None:
-    """Interrupt this connection's queries made by a render past its deadline ("interrupted")."""
-    conn.set_progress_handler(lambda: 1 if expired() else 0, PROGRESS_STEPS)
+def watch(archive: Any) -> None:
+    """Interrupt the archive's queries made by a render past its deadline ("interrupted")."""
+    archive.interrupt_when(expired, PROGRESS_STEPS)
 
 
 @contextmanager

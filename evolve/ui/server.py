@@ -47,8 +47,7 @@ class _Store(RunStore):
 
     def __init__(self, name: str, run_dir: str | Path):
         super().__init__(name, run_dir)
-        budget.watch(self._conn)
-        budget.watch(self.archive._conn)
+        budget.watch(self.archive)
 
     def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
         with budget.unbounded():

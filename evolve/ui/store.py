@@ -1,20 +1,21 @@
-"""Read-only views of one run folder for `vevo ui`: bounded queries on its archive, never a write.
+"""Read-only views of one run folder for `vevo ui`: what its pages show, cached where it is costly, never a write.
 
-Each run gets one `mode=ro` SQLite connection (`query_only`, autocommit, so every query sees the latest
-committed iteration of a live WAL archive and no read transaction is held open between requests: a long reader
-would stop the campaign's WAL checkpoints). Every query is bounded: aggregates are computed in SQL, lists are
-paged, and the search curves are folded in incrementally (only programs newer than the last look are read).
+Each run is one `Archive(readonly=True)` (a `mode=ro` SQLite connection, `query_only`, autocommit, so every query
+sees the latest committed iteration of a live WAL archive and no read transaction is held open between requests:
+a long reader would stop the campaign's WAL checkpoints). The queries are the archive's `browse` facet
+(evolve/archive/browse.py: bounded, paged, incremental); here they are shaped for pages and the search curves are
+folded in incrementally (only programs newer than the last look are read). A database error is a `UIError`.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import Any, Callable, TypeVar
 
 from problems.errors import VevoError
 
@@ -33,6 +34,23 @@ CURVE_POINTS = 600  # points a curve is thinned to
 
 class UIError(VevoError):
     """A run folder `vevo ui` cannot serve (no archive.db, not a vevo archive): one line naming it."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _readable(fn: F) -> F:
+    """A database error while reading (a damaged or foreign file) is a UIError naming the archive; an
+    interrupted query (the render's deadline, `budget.watch`) stays SQLite's, for the deadline to catch."""
+    @functools.wraps(fn)
+    def read(self: "RunStore", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except (sqlite3.DatabaseError, ArchiveError) as e:
+            if "interrupted" in str(e):
+                raise
+            raise UIError(f"{self.db}: cannot read archive: {e}") from None
+    return read  # type: ignore[return-value]
 
 
 def runs_under(root: str | Path) -> list[tuple[str, Path]]:
@@ -71,13 +89,9 @@ class RunStore:
         if not self.db.is_file():
             raise UIError(f"{run_dir}: not a run directory (no {ARCHIVE_NAME})")
         try:
-            self.archive = Archive(self.db, readonly=True)  # its row decoders; opened mode=ro / query_only
+            self.archive = Archive(self.db, readonly=True)  # opened mode=ro / query_only
         except (ArchiveError, FileNotFoundError) as e:
             raise UIError(str(e)) from None
-        self._conn = sqlite3.connect(f"file:{quote(str(self.db))}?mode=ro", uri=True, timeout=30,
-                                     isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA query_only=ON")
-        self._lock = threading.Lock()
         self._fold_lock = threading.Lock()
         self._curve = _Curve()
         self._meta: dict[str, Any] | None = None
@@ -86,40 +100,32 @@ class RunStore:
 
     def close(self) -> None:
         self.archive.close()
-        self._conn.close()
-
-    def q(self, sql: str, params: tuple | list = ()) -> list[tuple]:
-        with self._lock:
-            try:
-                return self._conn.execute(sql, params).fetchall()
-            except sqlite3.DatabaseError as e:
-                raise UIError(f"{self.db}: cannot read archive: {e}") from None
 
     # ------------------------------------------------------------------ cheap, polled
+    @_readable
     def version(self) -> str:
-        """Changes whenever the run commits a program or a training step: the live pages' signal. Two
-        primary-key lookups (MAX of an INTEGER PRIMARY KEY reads one b-tree edge)."""
-        n = self.q("SELECT COALESCE(MAX(id), 0) FROM programs")[0][0]
-        steps = self.q("SELECT COALESCE(MAX(step), -1) FROM training")[0][0]
+        """Changes whenever the run commits a program or a training step: the live pages' signal."""
+        n, steps = self.archive.head()
         return f"{n}.{steps}"
 
+    @_readable
     def meta(self) -> dict[str, Any]:
         if self._meta is None:
-            rows = dict(self.q("SELECT key, value FROM meta"))
+            rows = self.archive.meta()
             config = upgrade(json.loads(rows.get("config") or "{}"))
             self._meta = {"problems": [str(p) for p in json.loads(rows.get("problems") or "[]")],
                           "config": config}
         return self._meta
 
     # ------------------------------------------------------------------ overview
+    @_readable
     def overview(self) -> dict[str, Any]:
         """The runs table's row: status, counts and rates, all from aggregate queries."""
         meta = self.meta()
-        n_programs, max_eval = self.q("SELECT COUNT(*), COALESCE(MAX(eval_index), 0) FROM programs")[0]
-        last_it = self.q("SELECT MAX(iteration) FROM metrics")[0][0]
-        solved = self.q("SELECT COUNT(DISTINCT problem) FROM programs WHERE solved = 1")[0][0]
-        problems = set(meta["problems"]) | {r[0] for r in self.q("SELECT DISTINCT problem FROM programs")}
-        steps = self.q("SELECT COUNT(*) FROM training")[0][0]
+        t = self.archive.totals()
+        n_programs, max_eval, last_it, solved, steps = (t["programs"], t["evaluations"], t["last_iteration"],
+                                                        t["solved"], t["training_steps"])
+        problems = set(meta["problems"]) | t["problems"]
         curve = self.curve_points()
         best = curve[-1][4] if curve else 0.0
         seconds = curve[-1][2] if curve else 0.0
@@ -145,12 +151,10 @@ class RunStore:
 
         if not limits(budget):
             return False
-        evs = self.q("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
-        tok, wall = self.q("SELECT COALESCE(SUM(json_extract(data, '$.gen_tokens')), 0), "
-                           "COALESCE(MAX(json_extract(data, '$.wall_seconds')), 0) FROM metrics")[0]
-        return reached(budget, Spent(int(evs), float(wall), int(tok))) is not None
+        return reached(budget, Spent(*self.archive.spent_totals())) is not None
 
     # ------------------------------------------------------------------ curves
+    @_readable
     def curve_points(self) -> list[tuple[int, int, float, int, float, float]]:
         """(iteration, evaluations, seconds, solved, mean best, busy seconds) after each iteration, folded by
         `curves.CurveFold` as `vevo curves` folds them (a listed problem counts 0 until it has a program).
@@ -163,14 +167,11 @@ class RunStore:
     def _fold(self) -> list[tuple[int, int, float, int, float, float]]:
         c = self._curve
         listed = self.meta()["problems"]
-        rows = self.q("SELECT id, problem, iteration, eval_index, scalar, solved FROM programs WHERE id > ? "
-                      "ORDER BY id", (c.last_id,))
-        secs = self.q("SELECT iteration, data FROM metrics WHERE iteration > ? ORDER BY iteration",
-                      (c.last_iteration,))
+        rows = self.archive.program_scores_since(c.last_id)
+        secs = self.archive.metrics_since(c.last_iteration)
         c.fold.expect(set(listed) | {r[1] for r in rows})
         by_it: dict[int, tuple[float | None, float]] = {}  # iteration -> (its wall clock, its busy seconds)
-        for it, data in secs:
-            d = json.loads(data)
+        for it, d in secs:
             wall = d.get("wall_seconds")
             wall = float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool) else None
             c.summed = c.summed or wall is None
@@ -197,6 +198,7 @@ class RunStore:
             c.last_iteration = max(c.last_iteration, secs[-1][0])
         return points
 
+    @_readable
     def wall_clock(self) -> bool:
         """Whether the curves' seconds are the recorded wall clock (else summed generation + evaluation)."""
         with self._fold_lock:
@@ -204,91 +206,76 @@ class RunStore:
             return not self._curve.summed
 
     # ------------------------------------------------------------------ problems
+    @_readable
     def problems(self) -> list[dict[str, Any]]:
         """Per problem: programs, best scalar, first solve (iteration, policy version, program, by a seed)."""
         listed = self.meta()["problems"]
-        agg = {p: (n, best) for p, n, best in self.q(
-            "SELECT problem, COUNT(*), MAX(CASE WHEN status != 'format_error' THEN scalar END) FROM programs "
-            "GROUP BY problem")}
-        firsts = {}
-        for p, pid, it, v, cid in self.q(
-                "SELECT problem, id, iteration, policy_version, completion_id FROM programs p WHERE solved = 1 "
-                "AND id = (SELECT MIN(id) FROM programs q WHERE q.problem = p.problem AND q.solved = 1)"):
-            firsts[p] = {"program_id": pid, "iteration": it, "policy_version": v, "seed": cid is None}
+        agg = self.archive.problem_counts()
+        firsts = self.archive.first_solves()
         out = []
         for p in listed + sorted(set(agg) - set(listed)):
             n, best = agg.get(p, (0, None))
             out.append({"problem": p, "programs": n, "best": best, "solve": firsts.get(p)})
         return out
 
+    @_readable
     def best_program(self, pid: str) -> ProgramRow | None:
         """The problem's highest-scoring program (format errors aside), the earliest on ties: its page's top."""
-        row = self.q("SELECT id FROM programs WHERE problem = ? AND status != 'format_error' "
-                     "ORDER BY scalar DESC, id LIMIT 1", (pid,))
-        return self.archive.program(row[0][0]) if row else None
+        top = self.archive.top_program_ids(pid, 1)
+        return self.archive.program(top[0]) if top else None
 
+    @_readable
     def has_problem(self, pid: str) -> bool:
-        return pid in self.meta()["problems"] or bool(self.q("SELECT 1 FROM programs WHERE problem = ? LIMIT 1",
-                                                             (pid,)))
+        return pid in self.meta()["problems"] or self.archive.has_programs_of(pid)
 
+    @_readable
     def problem(self, pid: str) -> dict[str, Any]:
-        first = self.q("SELECT id FROM programs WHERE problem = ? AND solved = 1 ORDER BY iteration, id LIMIT 1",
-                       (pid,))
-        top = self.q("SELECT id FROM programs WHERE problem = ? AND status != 'format_error' "
-                     "ORDER BY scalar DESC, id LIMIT ?", (pid, TOP_PROGRAMS))
-        statuses = dict(self.q("SELECT status, COUNT(*) FROM programs WHERE problem = ? GROUP BY status", (pid,)))
-        islands = [r[0] for r in self.q("SELECT DISTINCT island FROM programs WHERE problem = ? ORDER BY island",
-                                        (pid,))]
-        return {"first_solve": self.archive.program(first[0][0]) if first else None,
-                "top": [self.archive.program(r[0]) for r in top], "statuses": statuses, "islands": islands}
+        first = self.archive.first_solve_id(pid)
+        return {"first_solve": self.archive.program(first) if first is not None else None,
+                "top": [self.archive.program(i) for i in self.archive.top_program_ids(pid, TOP_PROGRAMS)],
+                "statuses": self.archive.status_counts(pid), "islands": self.archive.islands_of(pid)}
 
     # ------------------------------------------------------------------ lineage
+    @_readable
     def lineage(self, pid: str, island: int, page: int) -> dict[str, Any]:
         """One page of an island's programs, newest page first (page 0), with their first parents (which may
         lie on an earlier page or, after a migration, on another island)."""
-        total = self.q("SELECT COUNT(*) FROM programs WHERE problem = ? AND island = ?", (pid, island))[0][0]
+        total = self.archive.island_size(pid, island)
         pages = max(1, math.ceil(total / LINEAGE_PAGE))
         page = min(max(page, 0), pages - 1)
-        rows = self.q("SELECT id, iteration, parent_ids, scalar, solved, status, policy_version FROM programs "
-                      "WHERE problem = ? AND island = ? ORDER BY id DESC LIMIT ? OFFSET ?",
-                      (pid, island, LINEAGE_PAGE, page * LINEAGE_PAGE))
-        nodes = [{"id": r[0], "iteration": r[1], "parent": (json.loads(r[2]) or [None])[0], "scalar": float(r[3]),
-                  "solved": bool(r[4]), "status": r[5], "version": r[6]} for r in reversed(rows)]
+        nodes = self.archive.lineage_page(pid, island, LINEAGE_PAGE, page * LINEAGE_PAGE)[::-1]
         ids = {n["id"] for n in nodes}
         outside = sorted({n["parent"] for n in nodes if n["parent"] is not None and n["parent"] not in ids})
-        parents = {}
-        for i in range(0, len(outside), 500):
-            chunk = outside[i:i + 500]
-            for r in self.q(f"SELECT id, iteration, island, scalar FROM programs WHERE id IN "
-                            f"({','.join('?' * len(chunk))})", chunk):
-                parents[r[0]] = {"id": r[0], "iteration": r[1], "island": r[2], "scalar": float(r[3])}
+        parents = self.archive.program_places(outside)
         return {"nodes": nodes, "outside": parents, "total": total, "page": page, "pages": pages}
 
     # ------------------------------------------------------------------ one program
+    @_readable
     def program(self, program_id: int) -> ProgramRow | None:
         return self.archive.program(program_id)
 
+    @_readable
     def completion(self, completion_id: int) -> tuple[GroupRow, CompletionRow] | None:
-        gid = self.q("SELECT group_id FROM completions WHERE id = ?", (completion_id,))
-        if not gid:
+        gid = self.archive.group_of_completion(completion_id)
+        if gid is None:
             return None
-        groups = self.archive.groups_by_id([gid[0][0]])
+        groups = self.archive.groups_by_id([gid])
         comp = next((c for c in groups[0].completions if c.id == completion_id), None) if groups else None
         return (groups[0], comp) if comp is not None else None
 
+    @_readable
     def answer_fates(self, completion: CompletionRow) -> list[dict[str, Any]]:
         """What became of each of a completion's m answers: evaluated (its program), malformed (the parse or
         edit error), duplicate (it reproduced an archived program or an earlier answer), or empty."""
-        rows = {r[1]: r for r in self.q("SELECT id, answer_index, status, scalar, artifacts FROM programs "
-                                        "WHERE completion_id = ? AND answer_index IS NOT NULL", (completion.id,))}
+        rows = self.archive.answer_programs(completion.id)
         out = []
         for i, text in enumerate(completion.answers):
             r = rows.get(i)
-            if r is not None and r[2] == "format_error":
-                err = json.loads(r[4]).get("error") or json.loads(r[4]).get("first_error") or ""
+            if r is not None and r[1] == "format_error":
+                err = r[3].get("error") or r[3].get("first_error") or ""
                 out.append({"fate": "malformed", "program_id": r[0], "detail": str(err)})
             elif r is not None:
-                out.append({"fate": "evaluated", "program_id": r[0], "detail": f"{r[2]}, score {r[3]:.3g}"})
+                out.append({"fate": "evaluated", "program_id": r[0], "detail": f"{r[1]}, score {r[2]:.3g}"})
             elif not str(text).strip():
                 out.append({"fate": "empty", "program_id": None, "detail": ""})
             else:
@@ -297,6 +284,7 @@ class RunStore:
         return out
 
     # ------------------------------------------------------------------ proposers
+    @_readable
     def members(self) -> dict[str, dict[str, Any]]:
         """Per portfolio member (evolve/analysis/portfolio_stats.py: iterations, programs, improvements, solved first,
         tokens, generation time); it reads every program, so it is recomputed only when the run committed since."""
@@ -306,23 +294,22 @@ class RunStore:
                 self._members = (v, member_stats(self.archive))
             return self._members[1]
 
+    @_readable
     def member_at(self, iteration: int) -> str | None:
         """The portfolio member that proposed iteration ``iteration`` (None: a seed, or no portfolio table)."""
-        if not self.archive.has_portfolio():
-            return None
-        rows = self.q("SELECT member FROM portfolio WHERE iteration = ?", (iteration,))
-        return str(rows[0][0]) if rows else None
+        return self.archive.member_at(iteration)
 
     # ------------------------------------------------------------------ training
+    @_readable
     def training(self) -> list[TrainingRow]:
         return self.archive.training_rows()
 
+    @_readable
     def policy_versions(self) -> list[tuple[int, int]]:
         """(iteration, policy version the proposer sampled with) of each iteration that records one."""
-        return [(int(it), int(v)) for it, v in self.q(
-            "SELECT iteration, json_extract(data, '$.policy_version') FROM metrics "
-            "WHERE json_extract(data, '$.policy_version') IS NOT NULL ORDER BY iteration")]
+        return self.archive.policy_versions()
 
+    @_readable
     def compute(self) -> dict[str, float]:
         """Where the run's time went (evolve/analysis/account.py)."""
         return account(self.archive.metrics_rows(), self.training())

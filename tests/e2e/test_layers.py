@@ -279,3 +279,44 @@ def test_the_checker_sees_upward_and_circular_imports(tmp_path, monkeypatch):
         test_layers_import_downward_only()
     with pytest.raises(AssertionError):
         test_no_import_cycles()
+
+
+# the archive's schema has one owner: evolve/archive/ writes and reads it; everything else goes through `Archive`
+SQL = ("SELECT ", "INSERT ", "UPDATE ", "DELETE FROM", "CREATE TABLE")
+SQL_SCANNED = LAYERS + ["bench", "scripts"]
+
+
+def sql_outside_archive(root: Path) -> list[str]:
+    """``path:line`` of each string that holds SQL, each ``sqlite3.connect`` and each reach into an archive's
+    connection (``._conn``: a PRAGMA, a raw query) outside evolve/archive/."""
+    out = []
+    for top in SQL_SCANNED:
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith("evolve/archive/"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+                if text is not None and any(k in text for k in SQL) or isinstance(node, ast.Attribute) and (
+                        node.attr == "_conn" or node.attr == "connect" and isinstance(node.value, ast.Name)
+                        and node.value.id == "sqlite3"):
+                    out.append(f"{rel}:{node.lineno}")
+    return out
+
+
+def test_only_the_archive_package_speaks_sql():
+    """UI pages, benches and studies read runs through `Archive` (its `browse`, `reports`, `replay` facets), so
+    a schema change touches one package."""
+    assert sql_outside_archive(ROOT) == []
+
+
+def test_the_sql_checker_sees_a_query_and_a_connection(tmp_path):
+    (tmp_path / "evolve" / "archive").mkdir(parents=True)
+    (tmp_path / "evolve" / "archive" / "browse.py").write_text('Q = "SELECT id FROM programs"\n')
+    (tmp_path / "evolve" / "ui").mkdir()
+    (tmp_path / "evolve" / "ui" / "store.py").write_text('import sqlite3\nc = sqlite3.connect("x")\n'
+                                                         'rows = c.execute("SELECT key FROM meta")\n')
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "study.py").write_text('"""No SQL here: selecting a seed."""\n'
+                                                 'camp.archive._conn.execute("PRAGMA synchronous=FULL")\n')
+    assert sql_outside_archive(tmp_path) == ["evolve/ui/store.py:2", "evolve/ui/store.py:3", "bench/study.py:2"]

@@ -21,14 +21,6 @@ def pool():
     p.close()
 
 
-@pytest.fixture(scope="module")
-def lo():
-    """bench/perf/loop_overhead.py as a module (its synthetic archive and resume), for the tests that check it."""
-    from bench.perf import loop_overhead
-
-    return loop_overhead
-
-
 def processes_of_uid(uid: int) -> list[int]:
     out = []
     for d in os.listdir("/proc"):

@@ -134,5 +134,9 @@ def test_decisive_study_contrasts_count_unmeasured_ones_in_holm(tmp_path):
     kept = Measured(tmp_path / "runs.json", 100)
     kept.put("vpo", 3, {"best_auc": 0.5})
     assert Measured(tmp_path / "runs.json", 100).get("vpo", 3) == {"best_auc": 0.5}
-    with pytest.raises(SystemExit, match="100-iteration"):
+    with pytest.raises(SystemExit, match="iterations 100, not 50"):
         Measured(tmp_path / "runs.json", 50)
+    wall = Measured(tmp_path / "wall.json", 100_000, 99.7)  # the wall-clock runs are kept under their budget
+    wall.put("none", 0, {"best_auc_wall": 0.4})
+    with pytest.raises(SystemExit, match="budget_seconds 99.7, not 50.0"):
+        Measured(tmp_path / "wall.json", 100_000, 50.0)

@@ -2,9 +2,10 @@
 campaigns (in-process backend and evaluator, real SQLite archive)."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+
+from bench.perf import archive_scale, instant
 
 from evaluators.types import Evaluation
 from evolve.search import program_cache
@@ -17,11 +18,11 @@ from proposer.answers.mutate import normalized_hash
 
 
 
-def _repeating_backend(lo):
+def _repeating_backend():
     """Fresh programs mixed with repeats of programs proposed long before (answer vectors of programs that have
     left every island), so the cache must read evicted programs back."""
 
-    class Repeating(lo.ResumableFreshBackend):
+    class Repeating(instant.ResumableFreshBackend):
         def generate(self, prompts, n, sampling):
             from proposer.backends.base import Completion
             from proposer.answers.parsing import format_answers
@@ -33,19 +34,19 @@ def _repeating_backend(lo):
                     ks = [self.counter + i if (self.counter + i) % 3 else (self.counter + i) // 7
                           for i in range(self.m)]
                     self.counter += self.m
-                    group.append(Completion(text=format_answers([lo.PROGRAM.format(k=k) for k in ks])))
+                    group.append(Completion(text=format_answers([instant.PROGRAM.format(k=k) for k in ks])))
                 groups.append(group)
             return groups
 
     return Repeating(4)
 
 
-def _run(lo, run_dir, iterations, depth, floor, loads):
-    probs = lo.scale_problems(3)
+def _run(run_dir, iterations, depth, floor, loads):
+    probs = archive_scale.scale_problems(3)
     cfg = CampaignConfig(problems=[p.id for p in probs], proposer={"spec": "fresh"}, seed=3,
                          search={"iterations": iterations, "islands": 2, "answers": 4, "group": 2,
                                  "pipeline_depth": depth, "island_capacity": 6, "migration": {"every": 4}})
-    camp = Campaign(cfg, run_dir, probs, _repeating_backend(lo), lo.HashEvaluator())
+    camp = Campaign(cfg, run_dir, probs, _repeating_backend(), instant.HashEvaluator())
     camp.population.cache = FactsCache(camp.population.cache._load, camp.population.cache._live, floor=floor)
     load = camp.population.cache._load
 
@@ -62,10 +63,10 @@ def _run(lo, run_dir, iterations, depth, floor, loads):
 
 
 @pytest.mark.parametrize("depth", [0, 2])
-def test_a_pruned_cache_gives_the_same_run_as_one_that_keeps_everything(lo, tmp_path, depth):
+def test_a_pruned_cache_gives_the_same_run_as_one_that_keeps_everything(tmp_path, depth):
     kept_loads, pruned_loads = [], []
-    kept, n_kept = _run(lo, tmp_path / "kept", 60, depth, 10 ** 9, kept_loads)
-    pruned, n_pruned = _run(lo, tmp_path / "pruned", 60, depth, 1, pruned_loads)
+    kept, n_kept = _run(tmp_path / "kept", 60, depth, 10 ** 9, kept_loads)
+    pruned, n_pruned = _run(tmp_path / "pruned", 60, depth, 1, pruned_loads)
     assert kept == pruned
     assert not kept_loads  # nothing was ever dropped, so nothing was read back
     assert pruned_loads  # evicted programs were read back (duplicates of them, parents of batches in flight)
@@ -118,14 +119,14 @@ def test_hash_index_is_a_dict_of_first_ids():
         assert idx.get(h) == ref.get(h) and (h in idx) == (h in ref)
 
 
-def test_restore_rebuilds_the_dedupe_index_and_scores_from_the_archive(lo, tmp_path):
+def test_restore_rebuilds_the_dedupe_index_and_scores_from_the_archive(tmp_path):
     run = tmp_path / "run"
-    lo.build_archive(run, 500, n_problems=4)
-    probs = lo.scale_problems(4)
+    archive_scale.build_archive(run, 500, n_problems=4)
+    probs = archive_scale.scale_problems(4)
     with Archive(run / "archive.db", readonly=True) as a:
         rows, last = a.programs(), a.last_iteration()
-    cfg = lo.scale_config(probs, last + 5, 1)
-    camp = Campaign(cfg, run, probs, lo.ResumableFreshBackend(4), lo.HashEvaluator())
+    cfg = archive_scale.scale_config(probs, last + 5, 1)
+    camp = Campaign(cfg, run, probs, instant.ResumableFreshBackend(4), instant.HashEvaluator())
     try:
         assert camp._restore() is not None  # a checkpoint was found (the batches in flight: none)
         for p in probs:

@@ -137,6 +137,10 @@ class ArchiveBase:
         rows = self._query("SELECT value FROM meta WHERE key = ?", (key,))
         return rows[0][0] if rows else default
 
+    def n_evaluations(self) -> int:
+        """Evaluations so far (the last program's eval_index): what a resumed loop and the UI's budgets count."""
+        return self._query("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
+
     def has_portfolio(self) -> bool:
         """Whether the archive has the portfolio table (archives before portfolios, opened read-only, do not)."""
         return bool(self._query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='portfolio'"))

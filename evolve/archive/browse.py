@@ -10,7 +10,7 @@ from .base import ArchiveBase
 
 
 class Browse(ArchiveBase):
-    """`Archive`'s reads for the UI (``_query`` from `ArchiveBase`)."""
+    """`Archive`'s reads for the UI (``_query`` and ``n_evaluations`` from `ArchiveBase`)."""
 
     def head(self) -> tuple[int, int]:
         """(the newest program id, the newest training step; -1 before any): changes whenever the run commits.
@@ -37,7 +37,7 @@ class Browse(ArchiveBase):
     def spent_totals(self) -> tuple[int, float, int]:
         """(evaluations, wall clock at the last commit, generated tokens) in SQL aggregates: what the budgets
         (evolve/search/budget.py) count, without decoding every metrics row."""
-        evs = self._query("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
+        evs = self.n_evaluations()
         tok, wall = self._query("SELECT COALESCE(SUM(json_extract(data, '$.gen_tokens')), 0), "
                                 "COALESCE(MAX(json_extract(data, '$.wall_seconds')), 0) FROM metrics")[0]
         return int(evs), float(wall), int(tok)

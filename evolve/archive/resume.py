@@ -58,9 +58,6 @@ class Resume(ArchiveBase):
                 return
             last = rows[-1][0]
 
-    def n_evaluations(self) -> int:
-        return self._query("SELECT COALESCE(MAX(eval_index), 0) FROM programs")[0][0]
-
     def portfolio_rewards(self, through: int) -> list[tuple[int, str, float]]:
         """(iteration, member, reward) of each iteration through ``through``: what a resumed portfolio learns
         from, without the bandit states."""

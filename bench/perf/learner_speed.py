@@ -99,16 +99,19 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"]}  # the step in the loop's thread
 
 
-def campaigns(iterations: int, repeats: int, group: int) -> dict:
+def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None = None) -> dict:
     """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
     overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
-    G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`)."""
+    G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`); ``arms``: a
+    subset of ARMS."""
     vevo = str(Path(sys.executable).parent / "vevo")
-    walls: dict[str, list[float]] = {k: [] for k in ARMS}
+    arms = arms or list(ARMS)
+    walls: dict[str, list[float]] = {k: [] for k in arms}
     accounts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
-            for arm, flags in ARMS.items():
+            for arm in arms:
+                flags = ARMS[arm]
                 out = Path(tmp) / f"{arm}-{r}"
                 subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
                                 str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
@@ -121,9 +124,9 @@ def campaigns(iterations: int, repeats: int, group: int) -> dict:
     med = {k: statistics.median(v) for k, v in walls.items()}
     out = {"iterations": iterations, "group": group, "walls": walls, "accounts": accounts,
            **{f"wall_{k}": v for k, v in med.items()}}
-    for k in ("vpo", "vpo_in_loop"):
-        out[f"ratio_{k}"] = med[k] / med["none"] if med["none"] else None
-    out["ratio"] = out["ratio_vpo"]
+    for k in med:
+        out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
+    out["ratio"] = out.get("ratio_vpo")
     return out
 
 
@@ -136,8 +139,13 @@ def main() -> None:
     ap.add_argument("--campaigns", type=int, default=0, help="iterations of the campaign arms (0: skip)")
     ap.add_argument("--campaigns-only", action="store_true", help="skip the sampling and step measurements")
     ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"campaign arms, comma-separated (of {', '.join(ARMS)}; "
+                    "none first: the ratios are to it)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    unknown = sorted(set(args.arms.split(",")) - set(ARMS))
+    if unknown:
+        ap.error(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
     be = make_backend("tiny", device=args.device, threads=args.threads)
     torch.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}; torch threads {torch.get_num_threads()}; device {args.device}")
@@ -173,11 +181,12 @@ def main() -> None:
               f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
               f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x)")
     if args.campaigns:
-        c = campaigns(args.campaigns, args.repeats, args.group)
+        c = campaigns(args.campaigns, args.repeats, args.group, args.arms.split(","))
         res["campaigns"] = c
-        print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): untrained "
-              f"{c['wall_none']:.1f} s, trained {c['wall_vpo']:.1f} s ({c['ratio_vpo']:.2f}x), trained with the step "
-              f"in the loop {c['wall_vpo_in_loop']:.1f} s ({c['ratio_vpo_in_loop']:.2f}x)")
+        names = {"none": "untrained", "vpo": "trained", "vpo_in_loop": "trained with the step in the loop"}
+        print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): " + ", ".join(
+            f"{names[a]} {c['wall_' + a]:.1f} s" + ("" if a == "none" or c.get("ratio_" + a) is None
+                                                    else f" ({c['ratio_' + a]:.2f}x)") for a in c["walls"]))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
     print(f"load average after: {os.getloadavg()}")

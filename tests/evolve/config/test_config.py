@@ -22,7 +22,7 @@ def test_defaults():
     # the training schedule chosen by docs/results/ttt_check.md's third check: a step every iteration on its group of 8;
     # one G for every arm: train.group unset follows search.group, 8
     t = cfg.train
-    assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, None, 10, 1)
+    assert (t.every, t.batch, t.group, t.probe_every, t.epochs) == (1, 1, None, 20, 1)
     assert cfg.trained_group == 8 and CampaignConfig(train={"algo": "vpo"}).trained_group == 8
     assert cfg.train.covrl.alpha == 0.5 and cfg.proposer.options == {} and cfg.executor.workers == 2
 
@@ -263,8 +263,8 @@ def test_assignment_keeps_sections():
 
 @pytest.mark.parametrize("argv,want", [
     (["--train", "vpo", "--train-every", "5", "--set", "train.probe_every=1"], ("vpo", 5, 1e-3, 1)),
-    (["--train-lr", "0.1", "--set", "train.lr=0.2"], ("none", 1, 0.2, 10)),
-    (["--set", "train.algo=grpo", "--set", "train.lr=0.3"], ("grpo", 1, 0.3, 10)),
+    (["--train-lr", "0.1", "--set", "train.lr=0.2"], ("none", 1, 0.2, 20)),
+    (["--set", "train.algo=grpo", "--set", "train.lr=0.3"], ("grpo", 1, 0.3, 20)),
 ])
 def test_flags_and_set_merge_by_key(argv, want, monkeypatch):
     """A dotted --set adds to a section the flags (or another --set) started: `--train vpo --set train.lr=...`

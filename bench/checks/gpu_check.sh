@@ -16,7 +16,7 @@
 # periodic LoRA updates hot-swapped, vllm_sleep) and its training rows. Peak memory: peak_alloc_gib is this
 # process's CUDA peak, device_used_gib the whole device (vLLM's engine runs in its own process).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."  # the repository root (this script is in bench/checks/)
 ROOT=$(pwd)
 TINY=""
 [ "${1:-}" = "--tiny" ] && TINY="--tiny"

@@ -34,7 +34,7 @@ def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
     restricted to the top-p nucleus and renormalised when top_p < 1. The nucleus is the smallest set of most
     likely tokens whose mass reaches top_p (the first token always in); the target is always kept in it, so a
     token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) -> (...)."""
-    z = logits.float()
+    z = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32, or float64 for a float64 model
     if temperature > 0 and temperature != 1.0:
         z = z / temperature
     logp = F.log_softmax(z, dim=-1)

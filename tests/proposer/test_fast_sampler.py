@@ -3,6 +3,8 @@ tokens equal, behaviour log-probs equal to a full-sequence recompute, LoRA merge
 seeded draws reproducible and of the right distribution."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -81,15 +83,20 @@ def test_a_trained_adapter_changes_what_is_sampled(tiny, lora_model):
 
 @pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
 def test_behaviour_logprobs_equal_a_full_recompute(tiny, lora_model, layout):
-    """At T = 0.7 and top-p 0.9 the recorded log-prob of every token equals the trainer's recompute (<= 1e-5)."""
+    """At T = 0.7 and top-p 0.9 the recorded log-prob of every token is the trainer's full-sequence recompute:
+    in float64 to 1e-9 (the same function, term for term), and in fp32, the campaign's dtype, to fp32's noise.
+    Why not 1e-5 in fp32: these log-probs are differences of logits/T near 30, where an ulp is 2e-6, and the
+    recompute itself lies up to 3e-5 from its float64 value; the general transformers loop misses 1e-5 against
+    it too (bench/perf/sampler_agreement.py prints all three per seed)."""
     be, ids = tiny
     rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 4 + [ids["short"]] * 4
-    gen = torch.Generator().manual_seed(11)
-    got = fs.sample(lora_model, rows, 200, 0.7, 0.9, be.eos_ids, gen)
-    rec = batch_sequence_logprobs(lora_model, rows, [g[0] for g in got], temperature=0.7, top_p=0.9)
-    assert sum(len(g[0]) for g in got) > 80
-    err = max(abs(a - b) for g, r in zip(got, rec) for a, b in zip(g[1], r))
-    assert err <= 1e-5, err
+    m64 = copy.deepcopy(lora_model).double()
+    for model, tol in ((m64, 1e-9), (lora_model, 5e-5)):
+        got = fs.sample(model, rows, 200, 0.7, 0.9, be.eos_ids, torch.Generator().manual_seed(11))
+        rec = batch_sequence_logprobs(model, rows, [g[0] for g in got], temperature=0.7, top_p=0.9)
+        assert sum(len(g[0]) for g in got) > 80
+        err = max(abs(a - b) for g, r in zip(got, rec) for a, b in zip(g[1], r))
+        assert err <= tol, (model.dtype if hasattr(model, "dtype") else tol, err)
 
 
 def test_seeded_calls_reproduce_and_rows_differ(tiny):

@@ -341,9 +341,9 @@ class PolicyTrainer:
             n_toks = [float(sum(len(s.completion_ids) for chunk in mb for s in chunk)) for mb in plan]
 
             def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:
-                if lean:
-                    cur, mask, greedy = self._logprobs(chunk, with_argmax=True)
-                    old[k][j], old_greedy[k][j] = cur.detach(), greedy
+                if lean:  # the greedy tokens only where the movement diagnostic reads them
+                    cur, mask, *greedy = self._logprobs(chunk, with_argmax=cfg.movement)
+                    old[k][j], old_greedy[k][j] = cur.detach(), (greedy or [None])[0]
                     with torch.no_grad():
                         weights[k][j] = self._is_weights(chunk, old[k][j], beh)
                 else:

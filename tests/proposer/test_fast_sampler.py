@@ -126,8 +126,10 @@ def test_unsupported_layouts_fall_back():
     assert not fs.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)))
 
 
-def test_qwen2_layout_with_biases_matches_transformers():
-    """A random Qwen2 (q/k/v biases, grouped-query heads): greedy tokens and logits as transformers computes."""
+@pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
+def test_qwen2_layout_with_biases_matches_transformers(layout):
+    """A random Qwen2 (q/k/v biases, grouped-query heads): greedy tokens and logits as transformers computes, both
+    through the shared prompt's attention (one prompt) and the masked per-row cache (two)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(1)
@@ -135,7 +137,7 @@ def test_qwen2_layout_with_biases_matches_transformers():
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
     model = Qwen2ForCausalLM(cfg).eval()
     assert fs.supports(model)
-    prompts = [[5, 9, 13, 2, 7, 7, 1]] * 3 + [[4, 4, 8]] * 2
+    prompts = [[5, 9, 13, 2, 7, 7, 1]] * 3 + ([[4, 4, 8]] * 2 if layout == "two prompts" else [])
     got = fs.sample(model, prompts, 20, 0.0, 1.0, {96}, None)
     with torch.no_grad():
         for p, (toks, lps, _) in zip(prompts, got):

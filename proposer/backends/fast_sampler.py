@@ -99,7 +99,6 @@ class Weights:
         # fp32: each RMSNorm's weight is folded into the linear layers it feeds (W diag(g)), two ops less per norm
         self.fold = self.dtype == torch.float32
         self.norm = inner.norm.weight.detach()
-        self.lm_head = _fold(_effective(base.lm_head), self.norm if self.fold else None)[0]
         self.device = self.embed.device
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float,
                                                       device=self.device) / self.head_dim))
@@ -114,8 +113,7 @@ class Weights:
                 qkv, gate_up = _fold(qkv, ln1), _fold(gate_up, ln2)
             self.layers.append(_Layer(ln1, ln2, _t(qkv), _t(_effective(att.o_proj)), _t(gate_up),
                                       _t(_effective(mlp.down_proj))))
-        self.head = _t((self.lm_head, None))
-
+        self.head = _t((_fold(_effective(base.lm_head), self.norm if self.fold else None)[0], None))
 
     def rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin at positions ``pos`` (rows, T) -> (rows, T, 1, head_dim), from a table grown on demand
@@ -252,7 +250,8 @@ def _shared_prefix_attention(q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor
     s_p = torch.matmul(qg.permute(1, 0, 2, 3).reshape(hkv, rows * g, d), pk.transpose(1, 2))  # (H_kv, rows*g, P)
     s_g = torch.matmul(qg, keys.transpose(-1, -2))  # (rows, H_kv, g, T)
     n_p = s_p.shape[-1]
-    att = torch.cat((s_p.view(hkv, rows, g, n_p).permute(1, 0, 2, 3), s_g), dim=-1).softmax(-1, dtype=torch.promote_types(q.dtype, torch.float32))
+    att = torch.cat((s_p.view(hkv, rows, g, n_p).permute(1, 0, 2, 3), s_g), dim=-1)
+    att = att.softmax(-1, dtype=torch.promote_types(q.dtype, torch.float32))
     att = att.to(q.dtype)
     p_p = att[..., :n_p].permute(1, 0, 2, 3).reshape(hkv, rows * g, n_p)
     out = torch.matmul(p_p, pv).view(hkv, rows, g, d).permute(1, 0, 2, 3) + torch.matmul(att[..., n_p:], vals)
@@ -296,7 +295,7 @@ def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temper
     for i, p in enumerate(prompts):
         distinct.setdefault(tuple(p), []).append(i)
     ldt = torch.promote_types(w.dtype, torch.float32)  # fp32 logits, or the model's float64
-    logits = torch.empty((b, w.lm_head.shape[0]), dtype=ldt, device=dev)
+    logits = torch.empty((b, w.head[0].shape[1]), dtype=ldt, device=dev)
     start = torch.zeros(b, dtype=torch.long)
     if len(distinct) == 1:  # a group: the prompt's keys are kept once, the rows hold their own tokens only
         last, kv = _prefill(w, prompts[0])
@@ -329,7 +328,7 @@ def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temper
         nxt = draw(logits, temperature, top_p, gen)
         lp = tempered_logprobs(logits, nxt, temperature, p_nuc)
         is_eos = torch.isin(nxt, eos)
-        nxt_c, lp_c, eos_c = nxt.cpu(), lp.to(ldt).cpu(), is_eos.cpu()
+        nxt_c, lp_c, eos_c = nxt.cpu(), lp.cpu(), is_eos.cpu()
         rows = live[alive]
         toks[rows, step] = nxt_c[alive]
         lps[rows, step] = lp_c[alive]
@@ -364,5 +363,5 @@ def flops_per_token(model: torch.nn.Module, context: int) -> float:
     mats = sum(layer.qkv[0].numel() + layer.o[0].numel() + layer.gate_up[0].numel() + layer.down[0].numel()
                for layer in w.layers)
     attn = 2 * 2 * len(w.layers) * w.n_heads * w.head_dim * context
-    return 2.0 * (mats + w.lm_head.numel()) + attn
+    return 2.0 * (mats + w.head[0].numel()) + attn
 

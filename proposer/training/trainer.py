@@ -343,7 +343,7 @@ class PolicyTrainer:
             def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:
                 if lean:  # the greedy tokens only where the movement diagnostic reads them
                     cur, mask, *greedy = self._logprobs(chunk, with_argmax=cfg.movement)
-                    old[k][j], old_greedy[k][j] = cur.detach(), (greedy or [None])[0]
+                    old[k][j], old_greedy[k][j] = cur.detach(), greedy[0] if greedy else None
                     with torch.no_grad():
                         weights[k][j] = self._is_weights(chunk, old[k][j], beh)
                 else:

@@ -82,21 +82,24 @@ def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) 
 def step_times(be, prompt: str, repeats: int) -> dict:
     """One step on a campaign's group of 8 (one prompt, sampled completions): the general step (pi_old,
     reference, training forward, movement; each row its own prompt) vs the lean one (movement off, as on 9 of
-    10 campaign steps) and lean with movement."""
+    10 campaign steps), lean with movement, and lean through transformers' forward (fast_forward off: the lean
+    step before proposer/backends/fast_logprobs.py)."""
     g = be.generate([prompt], 8, SamplingParams(temperature=1.0, max_tokens=384, seed=1))[0]
     samples = [TrainSample.from_completion(c, a) for c, a in zip(g, [1, -1, .5, -.5, 0, 1, -1, 0])]
     cfgs = {"general": dict(lean=False, shared_prompt=False, movement=True), "lean": dict(movement=False),
-            "lean_with_movement": dict(movement=True)}
+            "lean_with_movement": dict(movement=True), "lean_transformers": dict(movement=False, fast_forward=False)}
     trainers = {k: PolicyTrainer(be.model, TrainConfig(lr=0.0, **v)) for k, v in cfgs.items()}
     out = {k: median_time(lambda t=t: t.step(samples), repeats) for k, t in trainers.items()}
     out["completion_tokens"] = sum(len(s.completion_ids) for s in samples)
     out["ratio"] = out["general"] / out["lean"]
     out["ratio_with_movement"] = out["general"] / out["lean_with_movement"]
+    out["ratio_transformers"] = out["general"] / out["lean_transformers"]
     return out
 
 
 ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner
-        "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"]}  # the step in the loop's thread
+        "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"],  # the step in the loop's thread
+        "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
 
 def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None = None) -> dict:
@@ -180,11 +183,13 @@ def main() -> None:
         res["step"] = st
         print(f"training step on a group of 8 ({st['completion_tokens']} completion tokens): general "
               f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
-              f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x)")
+              f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x), lean through transformers' "
+              f"forward {st['lean_transformers']:.3f} s ({st['ratio_transformers']:.2f}x)")
     if args.campaigns:
         c = campaigns(args.campaigns, args.repeats, args.group, arms)
         res["campaigns"] = c
-        names = {"none": "untrained", "vpo": "trained", "vpo_in_loop": "trained with the step in the loop"}
+        names = {"none": "untrained", "vpo": "trained", "vpo_in_loop": "trained with the step in the loop",
+                 "vpo_transformers": "trained through transformers' forward"}
         print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): " + ", ".join(
             f"{names[a]} {c['wall_' + a]:.1f} s" + ("" if c.get("ratio_" + a) is None
                                                     else f" ({c['ratio_' + a]:.2f}x)") for a in c["walls"]))

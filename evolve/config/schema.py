@@ -212,6 +212,9 @@ class TrainSection(StrictModel):
     movement_every: int = Field(10, ge=0, description="measure how far an update moved the policy (policy_kl, "
                                 "mean_abs_dlogp, greedy_changed: one more forward) on every N-th update and the "
                                 "first (0: never)")
+    fast_forward: bool = Field(True, description="on CPU, a group's training forwards in plain torch (the same "
+                               "function as transformers', padding skipped; Llama-family models with plain LoRA), "
+                               "else through transformers")
     overlap: bool = Field(True, description="run each update on a second thread while the next iteration "
                           "generates, publishing it one iteration later (one version more stale); applies to "
                           "tiny / hf:PATH with the fast sampler, LoRA, one proposer and no CoVRL, else steps run "

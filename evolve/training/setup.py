@@ -24,7 +24,7 @@ def training_config(cfg: CampaignConfig) -> TrainConfig:
                        max_grad_norm=t.max_grad_norm, weight_decay=t.weight_decay, is_cap=t.is_cap,
                        minibatch=t.minibatch or min(8, t.batch * cfg.trained_group), micro_batch=t.micro_batch,
                        max_seq_len=t.max_seq_len, gradient_checkpointing=t.grad_checkpointing,
-                       bf16_autocast_on_gpu=t.autocast == "bf16",
+                       bf16_autocast_on_gpu=t.autocast == "bf16", fast_forward=t.fast_forward,
                        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)
 
 

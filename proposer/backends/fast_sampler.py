@@ -163,9 +163,9 @@ def _rms(x: torch.Tensor, w: torch.Tensor | None, eps: float) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rot = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rot * sin
+    """transformers' apply_rotary_pos_emb on one tensor (split, not slices: their backward fills no zeros)."""
+    x1, x2 = x.split(x.shape[-1] // 2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
 class _Cache:

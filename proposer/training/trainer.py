@@ -41,7 +41,9 @@ movement probe. The *lean* step (``lean``, whenever ``epochs == 1`` and the samp
 campaign) takes pi_old from the training forward itself, detached: it is the same policy on the same tokens, so
 the loss and gradients are the general step's (tests/proposer/test_training.py) for one forward less. With
 ``shared_prompt`` the rows of a micro-batch that share one prompt (a group) run it once (``completion_logprobs``).
-``movement=False`` skips the movement forward (its keys are then absent from the stats).
+``movement=False`` skips the movement forward (its keys are then absent from the stats). With ``fast_forward`` a
+group on CPU runs the forwards in plain torch (``proposer/backends/fast_logprobs.py``: the same function as
+transformers', its padding never computed, ~1/5 less time per step) where the model's layout allows.
 
 Policy movement, logged by ``step()`` when ``movement`` (one extra forward without gradients): ``policy_kl`` (mean over the
 step's completion tokens of r log r - r + 1, r = pi_new / pi_old: a non-negative importance estimate of
@@ -62,6 +64,7 @@ from typing import Any
 
 import torch
 
+from proposer.backends import fast_logprobs
 from proposer.backends.base import Completion
 from proposer.backends.logprobs import base_model as _base, completion_logprobs, model_device as _device
 from proposer.files import honour_umask
@@ -125,6 +128,7 @@ class TrainConfig:
     lean: bool = True  # on-policy step (1 epoch, 1 minibatch): pi_old is the training forward's own, detached
     shared_prompt: bool = True  # a group's shared prompt runs once per forward (not with gradient checkpointing)
     movement: bool = True  # log policy_kl / mean_abs_dlogp / greedy_changed (one more forward, no gradients)
+    fast_forward: bool = True  # a group on CPU (Llama family): the plain-torch forward (backends/fast_logprobs.py)
 
     def __post_init__(self) -> None:
         checks = [("lr", self.lr >= 0), ("clip_eps", self.clip_eps > 0), ("kl_beta", self.kl_beta >= 0),
@@ -247,11 +251,16 @@ class PolicyTrainer:
 
     def _logprobs(self, samples: Sequence[TrainSample], model: torch.nn.Module | None = None,
                   with_argmax: bool = False):
-        return completion_logprobs(self.model if model is None else model, [s.prompt_ids for s in samples],
-                                   [s.completion_ids for s in samples], temperature=self.cfg.temperature,
-                                   top_p=self.cfg.top_p, bf16_autocast=self.cfg.bf16_autocast_on_gpu,
-                                   with_argmax=with_argmax,
-                                   shared_prompt=self.cfg.shared_prompt and not self.cfg.gradient_checkpointing)
+        model = self.model if model is None else model
+        prompts, comps = [s.prompt_ids for s in samples], [s.completion_ids for s in samples]
+        shared = self.cfg.shared_prompt and not self.cfg.gradient_checkpointing
+        if (shared and self.cfg.fast_forward and all(p == prompts[0] for p in prompts) and all(comps)
+                and _device(model).type == "cpu" and fast_logprobs.supports(model)):
+            return fast_logprobs.group_logprobs(model, prompts[0], comps, self.cfg.temperature, self.cfg.top_p,
+                                                with_argmax=with_argmax)
+        return completion_logprobs(model, prompts, comps, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                   bf16_autocast=self.cfg.bf16_autocast_on_gpu, with_argmax=with_argmax,
+                                   shared_prompt=shared)
 
     @torch.no_grad()
     def _movement(self, plan, old, old_greedy) -> dict[str, float]:

@@ -1,0 +1,130 @@
+"""The trainer's plain-torch group forward (proposer/backends/fast_logprobs.py) against transformers' (the shared-
+prompt path of ``completion_logprobs``): the same log-probs, greedy tokens and gradients, with and without a LoRA,
+with the adapter disabled (the KL reference), on Llama and on Qwen2 (biases, grouped-query heads), at a sampling
+temperature and top-p; where it does not apply, ``supports`` says so."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
+from proposer.backends import fast_logprobs as fl  # noqa: E402
+from proposer.backends.logprobs import completion_logprobs  # noqa: E402
+from proposer.training.lora import wrap_lora  # noqa: E402
+
+
+def _llama(seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+                                        tie_word_embeddings=False))
+
+
+def _qwen2(seed: int = 1):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128))
+
+
+def _lora(model, seed: int = 0):
+    torch.manual_seed(seed)
+    m = wrap_lora(model, rank=4)
+    for n, p in m.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0.0, 0.1)
+    return m
+
+
+def _group(vocab: int, lengths: list[int], seed: int = 0) -> tuple[list[int], list[list[int]]]:
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, vocab, (9,), generator=g).tolist()
+    return prompt, [torch.randint(1, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+def _both(model, prompt, comps, temperature, top_p):
+    """(log-probs, mask, greedy, gradients of a weighted sum) from the fast path and from transformers'."""
+    out = []
+    params = [p for p in model.parameters() if p.requires_grad]
+    w = torch.linspace(-1.0, 1.0, len(comps))[:, None]
+    for fast in (True, False):
+        for p in params:
+            p.grad = None
+        if fast:
+            logp, mask, greedy = fl.group_logprobs(model, prompt, comps, temperature, top_p, with_argmax=True)
+        else:
+            logp, mask, greedy = completion_logprobs(model, [prompt] * len(comps), comps, temperature=temperature,
+                                                     top_p=top_p, with_argmax=True, shared_prompt=True)
+        if params:
+            (logp * w).sum().backward()
+        out.append((logp.detach(), mask, greedy * mask.long(), [p.grad.clone() for p in params]))
+    return out
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("adapter", ["none (full fine-tuning)", "lora", "lora disabled"])
+def test_group_forward_equals_transformers(arch, adapter):
+    model = _llama() if arch == "llama" else _qwen2()
+    if adapter != "none (full fine-tuning)":
+        model = _lora(model)
+    assert fl.supports(model)
+    prompt, comps = _group(model.config.vocab_size, [7, 1, 12, 5, 12, 3])  # unequal rows: padding is skipped
+    if adapter == "lora disabled":
+        with model.disable_adapter():
+            (fast, hf) = _both(model, prompt, comps, 0.7, 0.9)
+    else:
+        fast, hf = _both(model, prompt, comps, 0.7, 0.9)
+    assert torch.equal(fast[1], hf[1])
+    assert float((fast[0] - hf[0]).abs().max()) < 1e-5
+    assert float(fast[0].abs().max()) > 0.1  # real log-probs, not an empty result
+    assert torch.equal(fast[2], hf[2])
+    if adapter == "lora disabled":  # the adapter is not used: nothing of it gets a gradient
+        assert all(float(g.abs().max()) == 0.0 for g in fast[3] + hf[3])
+    else:
+        assert max(float((a - b).abs().max()) for a, b in zip(fast[3], hf[3])) < 1e-5
+        assert max(float(g.abs().max()) for g in fast[3]) > 1e-3
+
+
+def test_one_token_completions():
+    """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row)."""
+    model = _lora(_llama(seed=3))
+    for lengths in ([1, 1, 1], [1, 4, 1]):
+        prompt, comps = _group(model.config.vocab_size, lengths, seed=len(lengths))
+        fast, hf = _both(model, prompt, comps, 1.0, 1.0)
+        assert float((fast[0] - hf[0]).abs().max()) < 1e-5
+        assert max(float((a - b).abs().max()) for a, b in zip(fast[3], hf[3])) < 1e-5
+    with pytest.raises(ValueError, match="at least one token"):
+        fl.group_logprobs(model, prompt, [[3], []])
+
+
+@pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint")
+def test_bundled_model_agrees_to_fp32_rounding():
+    """On the bundled proposer (fp32, one thread, the campaign's setting) with a trained-looking LoRA: log-probs
+    near -30 (an fp32 ulp there is 2e-6) agree within a few ulps (measured: at most 7.6e-6; the prompt's and the
+    completions' rows run as one product here, as two in transformers', so the rounding can differ), the
+    bound the fast sampler's tests use for fp32 (tests/proposer/test_fast_sampler.py)."""
+    be = make_backend("tiny", threads=1)
+    model = _lora(copy.deepcopy(be.model), seed=0)
+    prompt = be.encode_prompt("def f(xs):\n    return sorted(xs)[:3]\n<answer_1>", 200)[0]
+    comps = _group(be.model.config.vocab_size, [30, 17, 41, 8], seed=5)[1]
+    with torch.no_grad():
+        fast = fl.group_logprobs(model, prompt, comps, 0.7, 0.9)[0]
+        hf = completion_logprobs(model, [prompt] * 4, comps, temperature=0.7, top_p=0.9, shared_prompt=True)[0]
+    assert float(fast.abs().max()) > 10.0
+    assert float((fast - hf).abs().max()) <= 5e-5
+
+
+def test_supports_only_what_it_computes():
+    from peft import LoraConfig, get_peft_model
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    assert not fl.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)))
+    dora = get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=True))
+    assert not fl.supports(dora)
+    assert fl.supports(get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])))

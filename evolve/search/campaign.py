@@ -181,6 +181,8 @@ class Campaign:
             self.archive.set_meta("config", json.dumps(self.cfg.model_dump()))
         if self.on_restored is not None:
             self.on_restored(self)
+        if self.trainer is not None:
+            self.trainer.begin(self)
         self._rate = Rate(self.evals_run)
         self.reporter.begin(self.cfg.search.iterations, self.iteration)
         try:

@@ -11,7 +11,9 @@ four points, in this order for an iteration t:
    trainer's learner thread) is finished and published;
 4. ``on_restore(camp)`` once, when a run is resumed, after the checkpoint is restored and before anything is
    prepared: the trainer's own state may be newer than the checkpoint (a step that finished before the kill),
-   or a step due at the checkpoint's iteration may not have finished.
+   or a step due at the checkpoint's iteration may not have finished;
+5. ``begin(camp)`` once per start, when the run's state is in memory (after ``on_restore``) and before the first
+   iteration is prepared: work that waits for no iteration may start here (the baseline probe of policy v0).
 """
 from __future__ import annotations
 
@@ -51,4 +53,8 @@ class TrainerHook(Protocol):
 
     def on_restore(self, camp: CampaignView) -> None:
         """After a resumed campaign restored its checkpoint, before it prepares the next iteration."""
+        ...
+
+    def begin(self, camp: CampaignView) -> None:
+        """Once per start, before the first iteration of this start is prepared."""
         ...

@@ -106,6 +106,7 @@ class CampaignTrainer:
         self.prober = None  # evolve/training/probe.py, built at the first step (it needs the campaign's problems)
         self._before: dict[str, Any] = {}
         self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
+        self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
         self._load()
 
     # --------------------------------------------------------------- persistence
@@ -194,6 +195,19 @@ class CampaignTrainer:
         if t > 0 and t % every == 0 and self.last_iteration < t:
             self.train(camp, t, background=self._overlaps(camp))
 
+    def begin(self, camp: CampaignView) -> None:
+        """A learner still at policy v0 with probes on (overlapped): the baseline probe starts now on a thread,
+        beside the seeds' evaluation and the first iteration's generation, instead of in front of the first step.
+        Its numbers do not depend on when it runs: it samples policy v0, which nothing changes before the first
+        step (that step waits for it), with the probes' fixed seed."""
+        if self.version == 0 and self._early is None and self.cfg.train.probe_every and self._overlaps(camp):
+            self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
+
+    def _baseline(self, camp: CampaignView, quiet: bool = False) -> dict[str, Any]:
+        """The probes of policy v0 (kept in the first step's row): the one `begin` started, else taken now."""
+        early, self._early = self._early, None
+        return early.result() if early is not None else self._probe(camp, "_before", quiet=quiet)
+
     def due(self, iteration: int) -> bool:
         """Whether committing `iteration` starts a training step (the campaign first lets generations in flight
         finish under the current policy)."""
@@ -205,8 +219,12 @@ class CampaignTrainer:
             self.train(camp, iteration, background=self._overlaps(camp))
 
     def drain(self, camp: CampaignView) -> None:
-        """At the campaign's end: the step still on the learner thread is finished and published."""
+        """At the campaign's end: the step still on the learner thread is finished and published (a baseline
+        probe no step took is waited for and dropped: a later start takes it again)."""
         self.join(camp)
+        early, self._early = self._early, None
+        if early is not None:
+            early.thread.join()
 
     def _overlaps(self, camp: CampaignView) -> bool:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
@@ -285,7 +303,7 @@ class CampaignTrainer:
                             f"{', on the learner thread' if background else ''})", announce=True)
         # before the first update: the probes' baseline, kept in that step's row (overlapped: on the learner
         # thread, before the update, while the loop samples the same policy pinned)
-        self._before = self._probe(camp, "_before") if self.version == 0 and not background else {}
+        self._before = self._baseline(camp) if self.version == 0 and not background else {}
         raw_mats, gids, comps = flatten_groups(groups)
         if self.step_algo is not None and self.step_algo.covrl_due(iteration, self.cfg.train.every,
                                                                    self.cfg.train.covrl.share):
@@ -308,7 +326,7 @@ class CampaignTrainer:
         if samples:
             self.trainer.cfg.movement = movement_due(self.cfg, self.version)
             if background and self.backend.pin_sampling():
-                before = partial(self._probe, camp, "_before", quiet=True) if self.version == 0 else None
+                before = partial(self._baseline, camp, True) if self.version == 0 else None
                 probe = None
                 if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
@@ -316,7 +334,7 @@ class CampaignTrainer:
                                        before, probe, self.backend)
                 return None
         if background and self.version == 0:  # the learner thread was not used after all: the baseline here
-            self._before = self._probe(camp, "_before")
+            self._before = self._baseline(camp)
         if samples:
             with self._engine_asleep():
                 stats.update(self.trainer.step(samples))
@@ -397,3 +415,28 @@ class _Flight:
                     self.out.update(probe())
         except BaseException as e:  # re-raised by join, in the loop's thread
             self.error = e
+
+
+class _Early:
+    """The baseline probe on a thread of its own from the run's start (`CampaignTrainer.begin`), sampling the
+    live model (policy v0) even once the loop pins it; ``result()`` waits for it and re-raises its error."""
+
+    def __init__(self, probe: Any, backend: Any) -> None:
+        self.out: dict[str, Any] = {}
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(probe, backend), name="vevo-baseline-probe",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, probe: Any, backend: Any) -> None:
+        try:
+            with backend.live_sampling():
+                self.out = probe()
+        except BaseException as e:  # re-raised by result(), in the thread that takes the baseline
+            self.error = e
+
+    def result(self) -> dict[str, Any]:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.out

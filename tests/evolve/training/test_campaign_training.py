@@ -250,3 +250,21 @@ def test_trained_and_untrained_runs_sample_the_same_completions_per_iteration_at
     from evolve.config.schema import CampaignConfig
 
     assert per_iteration["vpo"] == per_iteration["none"] == {1: CampaignConfig().search.group, 2: 8}
+
+
+def test_baseline_probe_started_at_the_run_start_measures_what_the_first_step_would(tmp_path):
+    """Overlapped, the baseline probe of policy v0 starts when the run starts (`CampaignTrainer.begin`), beside
+    the first iteration's generation, not in front of the first step: its numbers are those of the same probe
+    taken in the loop before that step (train.overlap false), and the runs train on the same samples."""
+    rows = {}
+    for overlap in ("true", "false"):
+        run = tmp_path / overlap
+        cfg = _cfg(tmp_path, f"  every: 1\n  batch: 1\n  probe_problems: 2\n  overlap: {overlap}\n")
+        vevo("run", str(cfg), "--iterations", "2", "--out", str(run), "--quiet", timeout=900)
+        with Archive(run / "archive.db", readonly=True) as a:
+            rows[overlap] = a.training_rows()
+    first = {k: next(r for r in v if r.data.get("samples")) for k, v in rows.items()}
+    keys = ("probe_own_before", "probe_heldout_before", "mean_set_reward")
+    assert all(isinstance(first["true"].data.get(k), float) for k in keys)
+    assert [first["true"].data[k] for k in keys] == [first["false"].data[k] for k in keys]
+    assert "train_wait_seconds" in first["true"].data and "train_wait_seconds" not in first["false"].data

@@ -1,4 +1,4 @@
-"""evolve/search/hooks.py: the trainer-hook protocol a campaign calls (`due`, the hook itself, `on_restore`), checked on
+"""evolve/search/hooks.py: the trainer-hook protocol a campaign calls (`due`, the hook itself, `on_restore`, `begin`), checked on
 a real campaign (sandboxed evaluation, SQLite archive) with a hook that records what it saw."""
 from __future__ import annotations
 
@@ -79,6 +79,10 @@ class RecordingHook:
         self.saw(camp)
         self.events.append(("restore", camp.iteration, camp.archive.last_iteration()))
 
+    def begin(self, camp) -> None:
+        self.saw(camp)
+        self.events.append(("begin", camp.iteration, sorted(self.backend.done)))
+
 
 def campaign(run, backend, hook, iterations: int, pool) -> Campaign:
     cfg = load_config(None, {"problems": [p.id for p in PROBS], "proposer.spec": "seeded",
@@ -111,10 +115,12 @@ def test_hook_order_steps_after_generation_and_restore_on_resume(tmp_path):
             camp.run()
         finally:
             camp.close()
+        assert hook.events[0] == ("begin", 0, [])  # first: the seeds are in, nothing of iteration 1 generated
         calls = [e for e in hook.events if e[0] == "call"]
         assert calls == [("call", t, t, t) for t in range(1, 10)]  # after each commit, in order
         # before each step the campaign waited until every batch already prepared had its completions
-        assert [e for e in hook.events if e[0] != "call"] == [("not generated at a step", [])] * 3 + [("drain", 9)]
+        assert [e for e in hook.events[1:] if e[0] != "call"] == \
+            [("not generated at a step", [])] * 3 + [("drain", 9)]
 
         again = RecordingHook(backend, depth=3, last=12)
         camp = campaign(run, backend, again, 12, pool)
@@ -123,6 +129,7 @@ def test_hook_order_steps_after_generation_and_restore_on_resume(tmp_path):
         finally:
             camp.close()
     assert again.events[0] == ("restore", 9, 9)  # first, before anything new is prepared
+    assert again.events[1] == ("begin", 9, list(range(1, 10)))  # then begin, before iteration 10 is prepared
     assert hook.unseen == again.unseen == set()  # the campaign is the view the trainer is typed against
     assert [e for e in again.events if e[0] == "call"] == [("call", t, t, t) for t in range(10, 13)]
     with Archive(run / "archive.db", readonly=True) as a:

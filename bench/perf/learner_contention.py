@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 
-def _sampler(stop, count) -> None:
-    """Sample groups of 8 rows × 75 tokens (a campaign call) until ``stop``; ``count`` the calls done."""
+def _sampler(stop, times) -> None:
+    """Sample groups of 8 rows × 75 tokens (a campaign call) until ``stop``; each call's (start, end) to ``times``."""
     from learner_speed import campaign_prompt
     from proposer.backends import fast_sampler as fs
     from proposer.backends import make_backend
@@ -33,8 +33,9 @@ def _sampler(stop, count) -> None:
     torch.set_num_threads(1)
     ids = be.encode_prompt(campaign_prompt(be), 384)[0]
     while not stop.is_set():
+        t = time.time()
         fs.sample(be.model, [ids] * 8, 75, 1.0, 1.0, {-1}, torch.Generator().manual_seed(0))
-        count.value += 1
+        times.put((t, time.time()))
 
 
 def main() -> None:
@@ -66,23 +67,31 @@ def main() -> None:
         return statistics.median(ts)
 
     def beside(kind: str, work) -> tuple[float, float]:
-        """(the result of ``work()`` while a sampler runs as ``kind``, the sampler's calls/s meanwhile)."""
+        """(the result of ``work()`` while a sampler runs as ``kind``, the sampler's calls/s meanwhile: one over
+        the median duration of its calls that ran wholly inside ``work()``)."""
         ctx = mp.get_context("spawn")
-        count = ctx.Value("i", 0)
+        times = ctx.Queue()
         stop = threading.Event() if kind == "thread" else ctx.Event()
-        other = (threading.Thread(target=_sampler, args=(stop, count), daemon=True) if kind == "thread"
-                 else ctx.Process(target=_sampler, args=(stop, count)))
+        other = (threading.Thread(target=_sampler, args=(stop, times), daemon=True) if kind == "thread"
+                 else ctx.Process(target=_sampler, args=(stop, times)))
         other.start()
         time.sleep(args.seconds)
-        c0, t0 = count.value, time.perf_counter()
+        t0 = time.time()
         out = work()
-        rate = (count.value - c0) / (time.perf_counter() - t0)
+        t1 = time.time()
         stop.set()
+        spans = []
+        while other.is_alive() or not times.empty():
+            try:
+                spans.append(times.get(timeout=0.5))
+            except Exception:  # queue.Empty: the sampler is finishing its last call
+                pass
         other.join()
-        return out, rate
+        inside = [b - a for a, b in spans if a >= t0 and b <= t1]
+        return out, 1.0 / statistics.median(inside) if inside else float("nan")
 
     alone = step_time()
-    _, rate_alone = beside("thread", lambda: time.sleep(3.0))
+    _, rate_alone = beside("thread", lambda: time.sleep(alone * args.repeats))
     res = {"alone": (alone, rate_alone)}
     for kind in ("thread", "process"):
         res[kind] = beside(kind, step_time)

@@ -135,6 +135,46 @@ def train_phase(name: str, model, samples, cfg, ref=None) -> dict:
     return st
 
 
+def fast_forward_phase(model, group) -> None:
+    """The trainer's plain-torch group forward (proposer/backends/fast_logprobs.py; the trainer takes it on CPU
+    only so far) against transformers' shared-prompt forward on this device, under the trainer's bf16 autocast on
+    CUDA: max |d log-prob| over the completion tokens, max |d grad| over the LoRA weights, and forward + backward
+    seconds of each (what enabling it on CUDA would rest on)."""
+    from proposer.backends import fast_logprobs
+    from proposer.backends.logprobs import _autocast, completion_logprobs
+
+    rows = [c for c in group if c.token_ids]
+    if len(rows) < 2 or not fast_logprobs.supports(model):
+        log("fast_forward", skipped="no group of 2+ completions, or a layout it does not compute")
+        return
+    prompt, comps = list(rows[0].prompt_token_ids), [list(c.token_ids) for c in rows]
+    params = [p for p in model.parameters() if p.requires_grad]
+    device = params[0].device
+    model.eval()  # transformers' checkpointing (on since the LoRA step) would turn the shared prompt's cache off
+    out = {}
+    for name in ("fast", "transformers"):
+        for _ in range(2):  # the second run is timed (the first warms kernels up)
+            for p in params:
+                p.grad = None
+            t = time.perf_counter()
+            with _autocast(device, True):
+                if name == "fast":
+                    logp, mask = fast_logprobs.group_logprobs(model, prompt, comps, 0.8, 0.95)
+                else:
+                    logp, mask = completion_logprobs(model, [prompt] * len(comps), comps, temperature=0.8,
+                                                     top_p=0.95, shared_prompt=True)
+            (logp * torch.linspace(-1, 1, len(comps), device=logp.device)[:, None]).sum().backward()
+            if CUDA:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t
+        out[name] = (logp.detach().float(), [p.grad.detach().float().clone() for p in params], seconds)
+    (la, ga, ta), (lb, gb, tb) = out["fast"], out["transformers"]
+    log("fast_forward", max_abs_dlogp=float((la - lb).abs().max()), max_abs_logp=float(lb.abs().max()),
+        max_abs_dgrad=max(float((a - b).abs().max()) for a, b in zip(ga, gb)),
+        max_abs_grad=max(float(b.abs().max()) for b in gb), fast_seconds=ta, transformers_seconds=tb,
+        tokens=sum(len(c) for c in comps))
+
+
 def phases(model_dir: Path, tiny: bool, work: Path) -> None:
     from proposer.backends.base import SamplingParams
     from proposer.backends.hf import HFBackend
@@ -184,6 +224,7 @@ def phases(model_dir: Path, tiny: bool, work: Path) -> None:
         vllm_be.sleep()
         log("vllm_sleep", device_used_gib=gpu_used_gib())
     train_phase("lora_step", lora, samples, TrainConfig(lr=1e-4, **tc))
+    fast_forward_phase(lora, groups[0])
     if vllm_be is not None:
         with Phase("vllm_wake") as ph:
             vllm_be.wake_up()

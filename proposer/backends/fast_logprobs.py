@@ -35,13 +35,18 @@ from proposer.backends.logprobs import base_model, tempered_logprobs
 
 
 def supports(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (a transformers model or a peft model around one) is computed exactly here."""
+    """Whether ``model`` (a transformers model or a peft model around one) is computed exactly here: no dropout
+    can act (none is applied here; the trainer switches it off), plain LoRA adapters, one active."""
     if not fast_sampler.supports(model):
+        return False
+    if model.training and float(getattr(base_model(model).config, "attention_dropout", 0.0) or 0.0) > 0:
         return False
     for mod in model.modules():
         if hasattr(mod, "lora_A") and hasattr(mod, "base_layer"):
             if any(getattr(mod, "use_dora", {}).values()) or getattr(mod, "lora_variant", None) \
                     or any(getattr(mod, "lora_bias", {}).values()) or len(_active(mod)) > 1:
+                return False
+            if mod.training and any(getattr(d, "p", 0.0) > 0 for d in mod.lora_dropout.values()):
                 return False
     return True
 
@@ -129,7 +134,7 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
         x = x + _linear(F.silu(_linear(hn, mlp.gate_proj)) * _linear(hn, mlp.up_proj), mlp.down_proj)
     # the prompt's last row predicts every completion's token 0; packed row (i, j) predicts token j + 1 of row i
     logits = _linear(_rms(x[p - 1:], inner.norm.weight, eps), base.lm_head)
-    tok = targets[row, col + 1].to(dev) if m else targets.new_zeros(0)
+    tok = targets[row.to(dev), col.to(dev) + 1] if m else targets.new_zeros(0)
     flat = torch.cat([tempered_logprobs(logits[:1].expand(b, -1), targets[:, 0], temperature, top_p),
                       tempered_logprobs(logits[1:], tok, temperature, top_p)])
     dst = torch.cat([torch.arange(b) * t_c, row * t_c + col + 1]).to(dev)

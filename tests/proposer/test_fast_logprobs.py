@@ -127,4 +127,7 @@ def test_supports_only_what_it_computes():
     assert not fl.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)))
     dora = get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], use_dora=True))
     assert not fl.supports(dora)
-    assert fl.supports(get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])))
+    plain = get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    assert fl.supports(plain)
+    dropping = get_peft_model(_llama(), LoraConfig(r=4, target_modules=["q_proj"], lora_dropout=0.1))
+    assert not fl.supports(dropping.train()) and fl.supports(dropping.eval())  # dropout acts in train mode only

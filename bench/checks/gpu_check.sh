@@ -9,7 +9,8 @@
 #
 # Phases, one "[gpu_check] <phase>: {json}" line each: model; vllm_start; vllm_generate (n samples with processed
 # log-probs, tokens/s); lora_step (learner beside the sleeping engine: mean_ratio must be exactly 1,
-# behaviour_gap = mean log pi_learner - log pi_vllm); vllm_wake; hot_swap (adapter into the engine, tokens/s);
+# behaviour_gap = mean log pi_learner - log pi_vllm); fast_forward (the trainer's plain-torch group forward against
+# transformers' on this device: max |d log-prob|, max |d grad|, seconds of each); vllm_wake; hot_swap (adapter into the engine, tokens/s);
 # lora_step_after_swap; full_bf16_step (fp32 learner of the bf16 model, changed_frac of the weights);
 # train_step_memory (bench/perf/train_step.py --memory on this device); learner_speed (bench/perf/learner_speed.py:
 # the fast sampler and the lean step on this device); campaign (vevo run with vllm:, --train vpo,

@@ -199,8 +199,10 @@ class CampaignTrainer:
         """A learner still at policy v0 with probes on (overlapped): the baseline probe starts now on a thread,
         beside the seeds' evaluation and the first iteration's generation, instead of in front of the first step.
         Its numbers do not depend on when it runs: it samples policy v0, which nothing changes before the first
-        step (that step waits for it), with the probes' fixed seed."""
-        if self.version == 0 and self._early is None and self.cfg.train.probe_every and self._overlaps(camp):
+        step (that step waits for it), with the probes' fixed seed. Not once a step is under way (a resume's
+        `on_restore` may have started one, which takes its baseline itself)."""
+        if (self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every
+                and self._overlaps(camp)):
             self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
 
     def _baseline(self, camp: CampaignView, quiet: bool = False) -> dict[str, Any]:

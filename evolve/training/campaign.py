@@ -303,8 +303,8 @@ class CampaignTrainer:
         self._t0 = time.monotonic()
         camp.reporter.phase(f"training step {self.version + 1} (iteration {iteration}, {len(groups)} groups"
                             f"{', on the learner thread' if background else ''})", announce=True)
-        # before the first update: the probes' baseline, kept in that step's row (overlapped: on the learner
-        # thread, before the update, while the loop samples the same policy pinned)
+        # before the first update: the probes' baseline, kept in that step's row (overlapped: started by `begin`,
+        # or else on the learner thread before the update, while the loop samples the same policy pinned)
         self._before = self._baseline(camp) if self.version == 0 and not background else {}
         raw_mats, gids, comps = flatten_groups(groups)
         if self.step_algo is not None and self.step_algo.covrl_due(iteration, self.cfg.train.every,

@@ -56,6 +56,14 @@ def supports(model: torch.nn.Module) -> bool:
     return getattr(cfg, "hidden_act", "silu") == "silu"
 
 
+def active_adapters(linear: torch.nn.Module) -> list[str]:
+    """The LoRA adapters a peft layer applies now (none when disabled or already merged into its base)."""
+    if getattr(linear, "disable_adapters", False) or getattr(linear, "merged", False):
+        return []
+    names = linear.active_adapters if hasattr(linear, "active_adapters") else [linear.active_adapter]
+    return [n for n in names if n in getattr(linear, "lora_A", {})]
+
+
 def _effective(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(weight, bias) a linear layer applies now: a peft LoRA layer's active adapters merged in, unless they are
     disabled or already merged; a plain ``nn.Linear`` as it is."""
@@ -63,11 +71,8 @@ def _effective(linear: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | No
     if base is None:
         return linear.weight.detach(), None if linear.bias is None else linear.bias.detach()
     w = base.weight.detach()
-    if not getattr(linear, "disable_adapters", False) and not getattr(linear, "merged", False):
-        active = linear.active_adapters if hasattr(linear, "active_adapters") else [linear.active_adapter]
-        for name in active:
-            if name in getattr(linear, "lora_A", {}):
-                w = w + linear.get_delta_weight(name).detach().to(w.dtype)
+    for name in active_adapters(linear):
+        w = w + linear.get_delta_weight(name).detach().to(w.dtype)
     return w, None if base.bias is None else base.bias.detach()
 
 

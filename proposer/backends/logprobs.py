@@ -49,6 +49,17 @@ def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
     return logp.gather(-1, targets[..., None]).squeeze(-1)
 
 
+def padded_targets(completions: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The completions right-padded to the longest (B, T_c) as token ids, and the mask of their real tokens."""
+    lc = [len(c) for c in completions]
+    targets = torch.zeros((len(completions), max(lc, default=0)), dtype=torch.long)
+    mask = torch.zeros(targets.shape)
+    for i, c in enumerate(completions):
+        targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
+        mask[i, : lc[i]] = 1.0
+    return targets, mask
+
+
 def _keeps_logits(model: torch.nn.Module) -> bool:
     return "logits_to_keep" in inspect.signature(base_model(model).forward).parameters
 
@@ -87,12 +98,7 @@ def completion_logprobs(
         raise ValueError("every prompt needs at least one token (the first completion token is predicted from it)")
     b, width, t_c = len(prompts), max(lp), max(lc)
     if shared_prompt and b > 1 and all(tuple(p) == tuple(prompts[0]) for p in prompts[1:]):
-        targets = torch.zeros((b, t_c), dtype=torch.long)
-        mask = torch.zeros((b, t_c))
-        for i, c in enumerate(completions):
-            targets[i, : lc[i]] = torch.tensor(list(c), dtype=torch.long)
-            mask[i, : lc[i]] = 1.0
-        targets, mask = targets.to(device), mask.to(device)
+        targets, mask = (x.to(device) for x in padded_targets(completions))
         with _autocast(device, bf16_autocast):
             logits = _shared_prompt_logits(model, list(prompts[0]), targets, mask)
         logp = tempered_logprobs(logits, targets, temperature, top_p)

@@ -200,10 +200,17 @@ class CampaignTrainer:
         beside the seeds' evaluation and the first iteration's generation, instead of in front of the first step.
         Its numbers do not depend on when it runs: it samples policy v0, which nothing changes before the first
         step (that step waits for it), with the probes' fixed seed. Not once a step is under way (a resume's
-        `on_restore` may have started one, which takes its baseline itself)."""
+        `on_restore` may have started one, which takes its baseline itself), nor when no step falls due before
+        the run's last iteration (the probe would be dropped unread)."""
         if (self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every
-                and self._overlaps(camp)):
+                and self._step_ahead(camp.iteration) and self._overlaps(camp)):
             self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
+
+    def _step_ahead(self, iteration: int) -> bool:
+        """Whether a step falls due after ``iteration`` and by the run's last iteration (``search.iterations``;
+        a budget may end the run sooner)."""
+        every = self.cfg.train.every
+        return (iteration // every + 1) * every <= self.cfg.search.iterations
 
     def _baseline(self, camp: CampaignView, quiet: bool = False) -> dict[str, Any]:
         """The probes of policy v0 (kept in the first step's row): the one `begin` started, else taken now."""

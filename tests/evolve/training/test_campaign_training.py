@@ -268,3 +268,24 @@ def test_baseline_probe_started_at_the_run_start_measures_what_the_first_step_wo
     assert all(isinstance(first["true"].data.get(k), float) for k in keys)
     assert [first["true"].data[k] for k in keys] == [first["false"].data[k] for k in keys]
     assert "train_wait_seconds" in first["true"].data and "train_wait_seconds" not in first["false"].data
+
+
+@pytest.mark.parametrize("iterations, started", [(3, False), (4, True)])
+def test_no_baseline_probe_starts_when_no_step_falls_due_in_the_run(tmp_path, iterations, started):
+    """`begin` starts the baseline probe only if the run reaches an iteration where a step is due (every 4 here):
+    else nothing would read it, and it would only compete with the run's generation."""
+    from types import SimpleNamespace
+
+    from evolve.config.schema import load_config
+    from evolve.training.campaign import CampaignTrainer
+    from proposer.backends import make_backend
+
+    cfg = load_config(overrides={"train.algo": "vpo", "train.every": 4, "search.iterations": iterations,
+                                 "proposer.spec": "tiny"})
+    trainer = CampaignTrainer(cfg, tmp_path, make_backend("tiny", threads=1))
+    view = SimpleNamespace(iteration=0, members={"tiny": None})  # what begin reads before it starts the probe
+    assert trainer._overlaps(view)
+    trainer.begin(view)
+    assert (trainer._early is not None) == started
+    trainer.drain(view)  # waits for a probe no step took (here it fails on the bare view) and drops it
+    assert trainer._early is None

@@ -110,25 +110,30 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     vevo = str(Path(sys.executable).parent / "vevo")
     arms = arms or list(ARMS)
     walls: dict[str, list[float]] = {k: [] for k in arms}
+    commands: dict[str, list[float]] = {k: [] for k in arms}  # the whole command: start-up and exit too
     accounts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for arm in arms:
                 flags = ARMS[arm]
                 out = Path(tmp) / f"{arm}-{r}"
+                t = time.perf_counter()
                 subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
                                 str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
                                 *flags, "--out", str(out), "--quiet"], check=True)
+                commands[arm].append(time.perf_counter() - t)
                 show = json.loads(subprocess.run([vevo, "runs", "show", str(out), "--json"], check=True,
                                                  capture_output=True, text=True).stdout)
                 comp = show.get("compute", {})
                 walls[arm].append(float(comp.get("wall_seconds") or 0.0))
                 accounts[arm] = comp
     med = {k: statistics.median(v) for k, v in walls.items()}
-    out = {"iterations": iterations, "group": group, "walls": walls, "accounts": accounts,
-           **{f"wall_{k}": v for k, v in med.items()}}
+    cmd = {k: statistics.median(v) for k, v in commands.items()}
+    out = {"iterations": iterations, "group": group, "walls": walls, "commands": commands, "accounts": accounts,
+           **{f"wall_{k}": v for k, v in med.items()}, **{f"command_{k}": v for k, v in cmd.items()}}
     for k in med.keys() - {"none"}:
         out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
+        out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
     out["ratio"] = out.get("ratio_vpo")
     return out
 
@@ -193,6 +198,9 @@ def main() -> None:
         print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): " + ", ".join(
             f"{names[a]} {c['wall_' + a]:.1f} s" + ("" if c.get("ratio_" + a) is None
                                                     else f" ({c['ratio_' + a]:.2f}x)") for a in c["walls"]))
+        print("  the whole commands (start-up and exit included): " + ", ".join(
+            f"{a} {c['command_' + a]:.1f} s" + ("" if c.get("command_ratio_" + a) is None
+                                                 else f" ({c['command_ratio_' + a]:.2f}x)") for a in c["walls"]))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
     print(f"load average after: {os.getloadavg()}")

@@ -118,10 +118,12 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
                 flags = ARMS[arm]
                 out = Path(tmp) / f"{arm}-{r}"
                 t = time.perf_counter()
-                subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
-                                str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
-                                *flags, "--out", str(out), "--quiet"], check=True)
+                run = subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
+                                      str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
+                                      *flags, "--out", str(out), "--quiet"], capture_output=True, text=True)
                 commands[arm].append(time.perf_counter() - t)
+                if run.returncode:  # the run's own summary is not wanted here, its error is
+                    sys.exit(f"learner_speed: {arm} run {r} failed: {(run.stderr or run.stdout).strip()[-2000:]}")
                 show = json.loads(subprocess.run([vevo, "runs", "show", str(out), "--json"], check=True,
                                                  capture_output=True, text=True).stdout)
                 comp = show.get("compute", {})

@@ -79,3 +79,33 @@ def wrap_lora(model: torch.nn.Module, rank: int = 8, alpha: float | None = None,
     cfg = LoraConfig(r=int(rank), lora_alpha=float(alpha if alpha is not None else 2 * rank), lora_dropout=0.0,
                      target_modules=found, fan_in_fan_out=mtype == "gpt2", task_type="CAUSAL_LM")
     return get_peft_model(model, cfg, autocast_adapter_dtype=True)
+
+
+def save_lora(model: Any, directory: str) -> bool:
+    """Write the model's one LoRA adapter as ``save_pretrained`` does (``adapter_model.safetensors`` and
+    ``adapter_config.json``, the same bytes, from peft's own state dict and config writer) but without the model
+    card that peft re-renders from a template at every save (half of the call's ~15 ms; a campaign saves a
+    snapshot per step). False, and nothing written, for anything else (other PEFT types, several adapters):
+    the caller then uses ``save_pretrained``."""
+    import os
+
+    from peft import PeftType, get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or list(configs) != ["default"]:
+        return False
+    cfg = configs["default"]
+    if cfg.peft_type != PeftType.LORA or cfg.task_type is None or cfg.base_model_name_or_path is None:
+        return False  # save_pretrained fills these in (an auto-mapping, the base's path): leave that to it
+    state = {k: v.contiguous() for k, v in get_peft_model_state_dict(model, adapter_name="default").items()}
+    if len({t.untyped_storage().data_ptr() for t in state.values()}) != len(state):
+        return False  # shared tensors: save_pretrained clones them first
+    os.makedirs(directory, exist_ok=True)
+    save_file(state, os.path.join(directory, "adapter_model.safetensors"), metadata={"format": "pt"})
+    inference_mode, cfg.inference_mode = cfg.inference_mode, True
+    try:
+        cfg.save_pretrained(directory)
+    finally:
+        cfg.inference_mode = inference_mode
+    return True

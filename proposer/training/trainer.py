@@ -411,9 +411,13 @@ class PolicyTrainer:
         self.version = int(state.get("version", 0))
 
     def save_adapter(self, directory: str | Path) -> Path:
-        """``save_pretrained``: adapter weights + config for a PEFT model, the full model otherwise."""
+        """``save_pretrained``: adapter weights + config for a PEFT model (a LoRA by `save_lora`, without peft's
+        model card), the full model otherwise."""
+        from proposer.training.lora import save_lora
+
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(str(path))
+        if not save_lora(self.model, str(path)):
+            self.model.save_pretrained(str(path))
         honour_umask(path)
         return path

@@ -81,6 +81,35 @@ def test_lora_targets_and_steps(arch, tokenizer):
     assert next(ref.parameters()).dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_save_lora_writes_what_save_pretrained_writes_without_the_model_card(arch, tokenizer, tmp_path):
+    from peft import PeftModel
+
+    from proposer.training.lora import save_lora
+
+    v = len(tokenizer)
+    build(arch, v).save_pretrained(tmp_path / "base")
+    model = wrap_lora(type(build(arch, v)).from_pretrained(tmp_path / "base"), rank=4)
+    trainer = PolicyTrainer(model, TrainConfig(lr=1e-2))
+    trainer.step(batch(v))  # lora_B no longer zero
+    model.save_pretrained(str(tmp_path / "peft"))
+    assert save_lora(model, str(tmp_path / "lean"))
+    assert sorted(p.name for p in (tmp_path / "lean").iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (tmp_path / "lean" / name).read_bytes() == (tmp_path / "peft" / name).read_bytes()
+    assert (tmp_path / "peft" / "README.md").is_file()
+    assert not model.peft_config["default"].inference_mode  # put back after writing
+    loaded = PeftModel.from_pretrained(type(build(arch, v)).from_pretrained(tmp_path / "base"), tmp_path / "lean")
+    ids = torch.tensor([batch(v)[0].prompt_ids])
+    assert torch.equal(loaded(ids).logits, model(ids).logits)
+    # a model whose base has no path: save_pretrained's own handling, through the trainer's save_adapter
+    bare = wrap_lora(build(arch, v), rank=4)
+    assert not save_lora(bare, str(tmp_path / "bare"))
+    assert not (tmp_path / "bare").exists()
+    out = PolicyTrainer(bare, TrainConfig()).save_adapter(tmp_path / "bare")
+    assert (out / "adapter_model.safetensors").is_file()
+
+
 def test_lora_bad_targets_are_one_line_errors(tokenizer):
     model = build("gpt2", len(tokenizer))
     with pytest.raises(LoraError, match="q_proj are not linear layers of this model"):

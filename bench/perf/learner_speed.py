@@ -102,6 +102,19 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
 
+def decode_steps(run_dir: Path) -> int:
+    """The run's decode steps: per group, its longest completion (the sampler steps until the last row of a
+    call is done), so generation seconds per decode step compare arms whose policies write different lengths."""
+    from evolve.archive import ARCHIVE_NAME, Archive
+
+    arch = Archive(run_dir / ARCHIVE_NAME, readonly=True)
+    try:
+        return sum(max((len(c.token_ids or ()) for c in g.completions), default=0)
+                   for g in arch.groups_by_id(arch.group_ids()))
+    finally:
+        arch.close()
+
+
 def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None = None) -> dict:
     """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
     overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
@@ -111,6 +124,7 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     arms = arms or list(ARMS)
     walls: dict[str, list[float]] = {k: [] for k in arms}
     commands: dict[str, list[float]] = {k: [] for k in arms}  # the whole command: start-up and exit too
+    step_ms: dict[str, list[float]] = {k: [] for k in arms}  # generation ms per decode step
     accounts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
@@ -128,11 +142,15 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
                                                  capture_output=True, text=True).stdout)
                 comp = show.get("compute", {})
                 walls[arm].append(float(comp.get("wall_seconds") or 0.0))
+                steps = decode_steps(out)
+                step_ms[arm].append(1e3 * float(comp.get("gen_seconds") or 0.0) / steps if steps else float("nan"))
                 accounts[arm] = comp
     med = {k: statistics.median(v) for k, v in walls.items()}
     cmd = {k: statistics.median(v) for k, v in commands.items()}
+    ms = {k: statistics.median(v) for k, v in step_ms.items()}
     out = {"iterations": iterations, "group": group, "walls": walls, "commands": commands, "accounts": accounts,
-           **{f"wall_{k}": v for k, v in med.items()}, **{f"command_{k}": v for k, v in cmd.items()}}
+           "decode_step_ms": step_ms, **{f"wall_{k}": v for k, v in med.items()},
+           **{f"command_{k}": v for k, v in cmd.items()}, **{f"decode_step_ms_{k}": v for k, v in ms.items()}}
     for k in med.keys() - {"none"}:
         out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
         out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
@@ -203,6 +221,10 @@ def main() -> None:
         print("  the whole commands (start-up and exit included): " + ", ".join(
             f"{a} {c['command_' + a]:.1f} s" + ("" if c.get("command_ratio_" + a) is None
                                                  else f" ({c['command_ratio_' + a]:.2f}x)") for a in c["walls"]))
+        print("  generation per decode step (a group's longest completion): " + ", ".join(
+            f"{a} {c['decode_step_ms_' + a]:.2f} ms" + ("" if "none" not in c["walls"] or a == "none"
+                                                        else f" ({c['decode_step_ms_' + a] / c['decode_step_ms_none']:.2f}x)")
+            for a in c["walls"]))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
     print(f"load average after: {os.getloadavg()}")

@@ -30,7 +30,7 @@ from proposer.answers.scoring import seed_prompt  # noqa: E402
 from proposer.backends import make_backend  # noqa: E402
 from proposer.backends import fast_sampler as fs  # noqa: E402
 from proposer.backends.base import SamplingParams  # noqa: E402
-from proposer.training.lora import wrap_lora  # noqa: E402
+from proposer.training.lora import save_lora, wrap_lora  # noqa: E402
 from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample  # noqa: E402
 
 
@@ -94,6 +94,10 @@ def step_times(be, prompt: str, repeats: int) -> dict:
     out["ratio"] = out["general"] / out["lean"]
     out["ratio_with_movement"] = out["general"] / out["lean_with_movement"]
     out["ratio_transformers"] = out["general"] / out["lean_transformers"]
+    with tempfile.TemporaryDirectory() as tmp:  # each step's adapter snapshot (evolve/training/campaign.py)
+        n = iter(range(10**6))
+        out["snapshot_peft_ms"] = 1e3 * median_time(lambda: be.model.save_pretrained(f"{tmp}/{next(n)}"), 5 * repeats)
+        out["snapshot_lean_ms"] = 1e3 * median_time(lambda: save_lora(be.model, f"{tmp}/{next(n)}"), 5 * repeats)
     return out
 
 
@@ -210,6 +214,8 @@ def main() -> None:
               f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
               f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x), lean through transformers' "
               f"forward {st['lean_transformers']:.3f} s ({st['ratio_transformers']:.2f}x)")
+        print(f"the step's adapter snapshot: peft's save_pretrained {st['snapshot_peft_ms']:.1f} ms, save_lora "
+              f"{st['snapshot_lean_ms']:.1f} ms (the same files but the model card)")
     if args.campaigns:
         c = campaigns(args.campaigns, args.repeats, args.group, arms)
         res["campaigns"] = c

@@ -164,3 +164,43 @@ def test_draw_samples_the_nucleus_distribution():
     assert torch.all(freq[~keep] == 0)
     assert torch.allclose(freq, want, atol=0.015), (freq, want)
     assert torch.equal(fs.draw(logits[:3], 0.0, 1.0, None), torch.zeros(3, dtype=torch.long))
+
+
+def _reference_packing(model, fold: bool):
+    """What `Weights` holds, the long way: per layer cat(effective weights) * RMSNorm gain, transposed."""
+    inner = fs.base_model(model).model
+    out = []
+    for layer in inner.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        g1, g2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        qkv = [fs._effective(getattr(att, n)) for n in ("q_proj", "k_proj", "v_proj")]
+        gu = [fs._effective(mlp.gate_proj), fs._effective(mlp.up_proj)]
+        wq, wg = torch.cat([w for w, _ in qkv]), torch.cat([w for w, _ in gu])
+        if fold:
+            wq, wg = wq * g1, wg * g2
+        bias = None if qkv[0][1] is None else torch.cat([b for _, b in qkv])
+        out.append([(wq.t().contiguous(), bias), (fs._effective(att.o_proj)[0].t().contiguous(), None),
+                    (wg.t().contiguous(), None), (fs._effective(mlp.down_proj)[0].t().contiguous(), None)])
+    return out
+
+
+@pytest.mark.parametrize("case", ["tiny lora fp32", "tiny float64", "qwen2 biases"])
+def test_sampler_weights_are_the_concatenated_folded_transposed_ones_bit_for_bit(tiny, lora_model, case):
+    if case == "qwen2 biases":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(2)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2)).eval()
+    else:
+        model = lora_model if case == "tiny lora fp32" else copy.deepcopy(tiny[0].model).double()
+    with torch.no_grad():
+        w = fs.Weights(model)
+        ref = _reference_packing(model, fold=w.fold)
+    assert w.fold == (case != "tiny float64")
+    for layer, want in zip(w.layers, ref):
+        for (got_w, got_b), (ref_w, ref_b) in zip((layer.qkv, layer.o, layer.gate_up, layer.down), want):
+            assert got_w.is_contiguous() and torch.equal(got_w, ref_w)
+            assert (got_b is None and ref_b is None) or torch.equal(got_b, ref_b)
+    head = fs.base_model(model).lm_head.weight * (fs.base_model(model).model.norm.weight if w.fold else 1)
+    assert torch.equal(w.head[0], head.t().contiguous())

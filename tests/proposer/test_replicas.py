@@ -136,27 +136,70 @@ def test_depth_three_generates_on_both_replicas_at_once_and_matches_one_server(t
     assert _export(tmp_path / "two")[:2] == _export(tmp_path / "one")[:2]
 
 
+class HoldsCalls:
+    """Holds a backend's generate calls from the ``first``-th on until ``release`` is set (or ``timeout`` passes):
+    batches that are still generating when the loop commits, whatever the machine's load (instrumentation around
+    the real backend: the calls and their results are the backend's own)."""
+
+    def __init__(self, backend, first: int, release: threading.Event, timeout: float):
+        self.inner, self.first, self.release, self.timeout = backend.generate, first, release, timeout
+        self.calls, self.lock = 0, threading.Lock()
+        backend.generate = self
+
+    def __call__(self, *args, **kw):
+        with self.lock:
+            self.calls += 1
+            held = self.calls >= self.first
+        if held:
+            self.release.wait(self.timeout)
+        return self.inner(*args, **kw)
+
+
+class BreaksOnceReleased(BreaksAtCall):
+    """An evaluator that raises at its first call after ``release`` is set: the executor breaking right after the
+    commit that released the held batches (`HoldsCalls`), whose items it would have evaluated next."""
+
+    def __init__(self, inner, release: threading.Event):
+        super().__init__(inner, n=0)
+        self.release = release
+
+    def evaluate_many(self, items, time_limit=None):
+        if self.release.is_set():
+            raise RuntimeError("executor broke")
+        return self.inner.evaluate_many(items, time_limit)
+
+
 def test_batches_in_generation_at_a_stop_are_generated_again_on_resume(tiny_lm, tmp_path):
     """Concurrent generation at depth 3 stopped mid-run: the checkpoint holds prepared batches whose completions
-    had not come back; resume generates them (same prompt, same seed) and the run equals an uninterrupted one."""
+    had not come back; resume generates them (same prompt, same seed) and the run equals an uninterrupted one.
+    The batches after the first two are held until iteration 2 is committed and the executor breaks right after,
+    so the last checkpoint finds them generating on any machine (a delay alone left it to the load: under a full
+    test run they had all come back)."""
     from evolve.launch.runner import resume
 
-    s = Server(tiny_lm, delay=0.3)  # generation slower than evaluation: batches are still generating at commits
+    s = Server(tiny_lm, delay=0.1)
+    run = tmp_path / "stopped"
+    release = threading.Event()
+    watcher = threading.Thread(target=lambda: (wait_for_iteration(run, 2, timeout=300), release.set()), daemon=True)
     try:
         url = f"openai:{s.url}"
         start(_cfg(tmp_path / "ref", proposer=url, pipeline_depth=3, iterations=8), progress=False,
               backend=make_backend(url, model=MODEL_NAME, chat=False))
-        run = tmp_path / "stopped"
+        backend = make_backend(url, model=MODEL_NAME, chat=False)
+        held = HoldsCalls(backend, first=3, release=release, timeout=30.0)
+        watcher.start()
         with pytest.raises(RuntimeError, match="executor broke"):
-            start(_cfg(run, proposer=url, pipeline_depth=3, iterations=8), progress=False,
-                  backend=make_backend(url, model=MODEL_NAME, chat=False),
-                  evaluator=BreaksAtCall(SandboxPool(workers=1), 4))
+            start(_cfg(run, proposer=url, pipeline_depth=3, iterations=8), progress=False, backend=backend,
+                  evaluator=BreaksOnceReleased(SandboxPool(workers=1), release))
+        assert held.calls >= 3
         with Archive(run / "archive.db", readonly=True) as arc:
-            pending = arc.checkpoint()[1]["loop"]["pending"]
-        assert pending and not all(b["generated"] for b in pending)
+            it, state = arc.checkpoint()
+        pending = state["loop"]["pending"]
+        assert it == 2 and pending and not all(b["generated"] for b in pending)
         assert all(b["completions"] == [] for b in pending if not b["generated"])
         resume(run, progress=False, backend=make_backend(url, model=MODEL_NAME, chat=False))
     finally:
+        release.set()
         s.stop()
     assert _export(run)[:2] == _export(tmp_path / "ref")[:2]
 

@@ -61,7 +61,10 @@ def main() -> None:
     if not os.path.exists("/proc/self/schedstat"):
         sys.exit("thread_cpu: this kernel has no /proc/PID/schedstat")
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    except OSError as e:
+        sys.exit(f"thread_cpu: cannot run {cmd[0]}: {e.strerror or e}")
     last: dict = {}
     while proc.poll() is None:
         sample(proc.pid, last)

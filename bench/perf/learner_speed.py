@@ -158,8 +158,16 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     for k in med.keys() - {"none"}:
         out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
         out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
+        out[f"decode_step_ratio_{k}"] = ms[k] / ms["none"] if ms.get("none") else None
     out["ratio"] = out.get("ratio_vpo")
     return out
+
+
+def arms_line(c: dict, label: str, value: str, ratio: str, unit: str, spec: str = ".1f",
+              names: dict | None = None) -> str:
+    """Each campaign arm's median ``c[value + arm]`` and, where there is one, its ratio to the untrained arm."""
+    return label + ", ".join(f"{(names or {}).get(a, a)} {c[value + a]:{spec}} {unit}" + (
+        "" if c.get(ratio + a) is None else f" ({c[ratio + a]:.2f}x)") for a in c["walls"])
 
 
 def main() -> None:
@@ -221,16 +229,11 @@ def main() -> None:
         res["campaigns"] = c
         names = {"none": "untrained", "vpo": "trained", "vpo_in_loop": "trained with the step in the loop",
                  "vpo_transformers": "trained through transformers' forward"}
-        print(f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): " + ", ".join(
-            f"{names[a]} {c['wall_' + a]:.1f} s" + ("" if c.get("ratio_" + a) is None
-                                                    else f" ({c['ratio_' + a]:.2f}x)") for a in c["walls"]))
-        print("  the whole commands (start-up and exit included): " + ", ".join(
-            f"{a} {c['command_' + a]:.1f} s" + ("" if c.get("command_ratio_" + a) is None
-                                                 else f" ({c['command_ratio_' + a]:.2f}x)") for a in c["walls"]))
-        print("  generation per decode step (a group's longest completion): " + ", ".join(
-            f"{a} {c['decode_step_ms_' + a]:.2f} ms" + ("" if "none" not in c["walls"] or a == "none"
-                                                        else f" ({c['decode_step_ms_' + a] / c['decode_step_ms_none']:.2f}x)")
-            for a in c["walls"]))
+        print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
+                        "wall_", "ratio_", "s", names=names))
+        print(arms_line(c, "  the whole commands (start-up and exit included): ", "command_", "command_ratio_", "s"))
+        print(arms_line(c, "  generation per decode step (a group's longest completion): ", "decode_step_ms_",
+                        "decode_step_ratio_", "ms", spec=".2f"))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
     print(f"load average after: {os.getloadavg()}")

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from proposer.backends.logprobs import base_model, tempered_logprobs
+from proposer.backends.logprobs import base_model, nucleus, tempered_logprobs
 
 _ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 COMPACT_AT = 0.75  # compact the batch when at most this share of its rows is still running
@@ -270,9 +270,7 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Gene
         return logits.argmax(dim=-1)
     probs = F.softmax(logits / temperature, dim=-1)
     if top_p < 1.0:
-        sorted_p, idx = probs.sort(dim=-1, descending=True)
-        sorted_p = sorted_p.masked_fill(sorted_p.cumsum(-1) - sorted_p >= top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+        probs = torch.where(nucleus(probs, top_p), probs, 0.0)
     cdf = probs.double().cumsum(-1)
     u = torch.rand((probs.shape[0], 1), generator=gen, dtype=torch.float64, device=probs.device) * cdf[:, -1:]
     tok = torch.searchsorted(cdf, u, right=True).clamp_(max=probs.shape[-1] - 1)

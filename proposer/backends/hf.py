@@ -53,7 +53,7 @@ import torch.nn.functional as F  # noqa: E402
 from proposer.backends import fast_sampler as _fast
 from proposer.backends.base import TRAINABLE, AdapterState, Completion, SamplingParams
 from proposer.backends.templating import encode_prompt, resolve_chat
-from proposer.backends.logprobs import tempered_logprobs
+from proposer.backends.logprobs import nucleus, tempered_logprobs
 from proposer.errors import BackendError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float": torch.float32, "bfloat16": torch.bfloat16,
@@ -73,13 +73,10 @@ def _resolve_dtype(dtype: Any, device: torch.device) -> torch.dtype:
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Zero out the tail of each row outside the smallest set of tokens whose mass reaches top_p."""
+    """Zero out the tail of each row outside the top-p nucleus (``logprobs.nucleus``)."""
     if top_p >= 1.0:
         return probs
-    sorted_p, idx = probs.sort(dim=-1, descending=True)
-    before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
-    sorted_p = sorted_p.masked_fill(before >= top_p, 0.0)  # the first token always survives
-    return torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
+    return torch.where(nucleus(probs, top_p), probs, 0.0)
 
 
 class HFBackend(AdapterState):

@@ -28,25 +28,53 @@ def _autocast(device: torch.device, enabled: bool):
     return nullcontext()
 
 
+def nucleus(probs: torch.Tensor, top_p: float, k: int = 8) -> torch.Tensor:
+    """The top-p nucleus of each row of ``probs`` (..., V) as a bool mask: the most likely tokens in order until
+    the mass before the next one reaches top_p (the first token always in), and every token tied with the last
+    one kept (a full sort's order among equal values is its implementation's choice; ties kept, the mask is not).
+
+    Why not one full sort per row: on this CPU ``sort`` takes ~75 us a row of 2,688 values, and a sampler sorts
+    twice per token (its draw and its recorded log-prob). Only a row's top ``k`` values are sorted (``topk``: the
+    same values in the same order as a full sort's first k, so the same prefix sums), then for the rows whose
+    nucleus is longer the top 8k, then the rest in full; the bundled model's nuclei at top-p 0.95 hold 1 token
+    (median) to 10 (90th percentile)."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    v_size = flat.shape[-1]
+    last = torch.empty((flat.shape[0], 1), dtype=flat.dtype, device=flat.device)  # the smallest value kept
+    todo = torch.arange(flat.shape[0], device=flat.device)
+    rows, kk = flat, min(k, v_size)
+    while todo.numel():
+        v = rows.sort(dim=-1, descending=True).values if kk >= v_size else rows.topk(kk, dim=-1).values
+        reached = (v.cumsum(-1) - v) >= top_p  # mass strictly before each position
+        found = reached.any(-1) | (kk >= v_size)
+        n = torch.where(reached.any(-1), reached.to(torch.uint8).argmax(-1), kk)  # how many are kept
+        last[todo[found]] = v.gather(-1, (n - 1)[:, None])[found]
+        todo = todo[~found]
+        rows, kk = flat[todo], min(8 * kk, v_size)
+    return (flat >= last).view(probs.shape)
+
+
 def tempered_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
                       top_p: float = 1.0) -> torch.Tensor:
     """log p(target) under the distribution a sampler draws from: softmax(logits / T) (T <= 0, greedy: T = 1),
-    restricted to the top-p nucleus and renormalised when top_p < 1. The nucleus is the smallest set of most
-    likely tokens whose mass reaches top_p (the first token always in); the target is always kept in it, so a
-    token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) -> (...)."""
+    restricted to the top-p nucleus (``nucleus``) and renormalised when top_p < 1; the target is always kept in
+    it, so a token the sampler drew at the nucleus edge never gets -inf from rounding here. logits (..., V) ->
+    (...)."""
     z = logits.to(torch.promote_types(logits.dtype, torch.float32))  # fp32, or float64 for a float64 model
     if temperature > 0 and temperature != 1.0:
         z = z / temperature
     logp = F.log_softmax(z, dim=-1)
-    if top_p < 1.0:
-        with torch.no_grad():
-            sorted_p, idx = logp.exp().sort(dim=-1, descending=True)
-            keep_sorted = (sorted_p.cumsum(-1) - sorted_p) < top_p
-            keep = torch.zeros_like(keep_sorted).scatter_(-1, idx, keep_sorted)
-            keep.scatter_(-1, targets[..., None], True)
-        logp = logp.masked_fill(~keep, float("-inf"))
-        logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
-    return logp.gather(-1, targets[..., None]).squeeze(-1)
+    picked = logp.gather(-1, targets[..., None]).squeeze(-1)
+    if top_p >= 1.0:
+        return picked
+    with torch.no_grad():
+        keep = nucleus(logp.exp(), top_p)
+        keep.scatter_(-1, targets[..., None], True)
+        top = logp.amax(-1, keepdim=True)  # the most likely token is always in the nucleus
+    # logsumexp over the nucleus as torch.logsumexp computes it over -inf outside (the same terms and sum), without
+    # the -inf: exp of -inf takes MKL's slow path, ~17x a finite exp here
+    mass = torch.where(keep, (logp - top).exp(), 0.0).sum(-1)
+    return picked - (mass.log() + top.squeeze(-1))
 
 
 def padded_targets(completions: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:

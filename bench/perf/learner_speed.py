@@ -1,5 +1,6 @@
 """The learner's speed in one run: sampling (the general transformers loop vs the fast sampler), one training step
-(the general step vs the lean one), the machine's measured FLOP limit, and optionally the wall time of a trained
+(the general step vs the lean one), the machine's measured FLOP limit and memory limit (the bytes a decode step
+reads at the bandwidth one read of them gets), and optionally the wall time of a trained
 and an untrained campaign at the same G (from the runs' own compute account). Ratios, medians of --repeats,
 the load average printed beside them.
 
@@ -61,6 +62,13 @@ def flop_limit(device: str, repeats: int) -> float:
     b = torch.randn(1024, 1024, device=device)
     t = median_time(lambda: a @ b, repeats * 3)
     return 2 * 1024 ** 3 / t / 1e9
+
+
+def memory_limit(device: str, nbytes: float, repeats: int) -> float:
+    """GB/s of one read of ``nbytes`` (a sum over a buffer that size: what a decode step streams)."""
+    buf = torch.ones(int(nbytes) // 4, device=device)
+    t = median_time(lambda: buf.sum(), repeats * 3)
+    return nbytes / t / 1e9
 
 
 def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) -> dict:
@@ -200,6 +208,15 @@ def main() -> None:
         res["fp32_gflops"], res["flop_limit_tok_s"] = gflops, gflops * 1e9 / per_tok
         print(f"fp32 matmul {gflops:.1f} GFLOP/s; {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit "
               f"{res['flop_limit_tok_s']:.0f} tokens/s")
+        mem = {}
+        for batch in (8, 16):  # the roofline: the same rows read at the measured bandwidth, at the mean context
+            nbytes = fs.bytes_per_step(be.model, batch, len(ids), args.tokens // 2)
+            gbs = memory_limit(args.device, nbytes, args.repeats)
+            mem[batch] = batch * gbs * 1e9 / nbytes
+            print(f"batch {batch:2d}: a decode step reads {nbytes / 1e6:.1f} MB, read at {gbs:.1f} GB/s -> memory "
+                  f"limit {mem[batch]:.0f} tokens/s ({100 * mem[batch] / res['flop_limit_tok_s']:.0f}% of the FLOP "
+                  "limit)")
+        res["memory_limit_tok_s"] = mem
         rows = []
         for lora in (False, True):
             if lora:
@@ -211,10 +228,11 @@ def main() -> None:
             for batch in (8, 16):
                 r = sampling(be, ids, batch, args.tokens, args.repeats, lora)
                 r["share_of_flop_limit"] = r["fast_tok_s"] / res["flop_limit_tok_s"]
+                r["share_of_memory_limit"] = r["fast_tok_s"] / mem[batch]
                 rows.append(r)
                 print(f"sampling batch {batch:2d} lora {str(lora):5s}: general {r['general_tok_s']:6.0f} tok/s, "
                       f"fast {r['fast_tok_s']:6.0f} tok/s ({r['ratio']:.2f}x; {100 * r['share_of_flop_limit']:.0f}% "
-                      f"of the FLOP limit)")
+                      f"of the FLOP limit, {100 * r['share_of_memory_limit']:.0f}% of the memory limit)")
         res["sampling"] = rows
         st = step_times(be, prompt, args.repeats)
         res["step"] = st

@@ -368,3 +368,12 @@ def flops_per_token(model: torch.nn.Module, context: int) -> float:
     attn = 2 * 2 * len(w.layers) * w.n_heads * w.head_dim * context
     return 2.0 * (mats + w.head[0].numel()) + attn
 
+
+def bytes_per_step(model: torch.nn.Module, rows: int, prompt: int, own: int) -> float:
+    """Bytes one decode step of ``rows`` rows sharing a ``prompt``-token prompt reads at least, each row ``own``
+    tokens in: every weight matrix once, the prompt's keys and values once, each row's own. At a few rows the
+    step streams the weights, so this, not ``flops_per_token``, bounds it."""
+    w = Weights(model)
+    mats = sum(m[0].numel() for layer in w.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    kv = 2 * len(w.layers) * w.n_kv * w.head_dim * (prompt + rows * own)
+    return float((mats + w.head[0].numel() + kv) * w.embed.element_size())

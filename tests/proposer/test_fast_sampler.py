@@ -204,3 +204,13 @@ def test_sampler_weights_are_the_concatenated_folded_transposed_ones_bit_for_bit
             assert (got_b is None and ref_b is None) or torch.equal(got_b, ref_b)
     head = fs.base_model(model).lm_head.weight * (fs.base_model(model).model.norm.weight if w.fold else 1)
     assert torch.equal(w.head[0], head.t().contiguous())
+
+
+def test_roofline_counts_are_the_models_matrices_and_caches(tiny):
+    """learner_speed's limits: FLOPs per token and bytes per decode step, counted from the config by hand."""
+    cfg = tiny[0].model.config
+    h, f, v, n = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+    kv = cfg.num_key_value_heads * cfg.head_dim
+    mats = n * (h * (cfg.num_attention_heads * cfg.head_dim + 2 * kv) + h * h + 2 * h * f + f * h) + h * v
+    assert fs.flops_per_token(tiny[0].model, 100) == 2 * mats + 4 * n * cfg.num_attention_heads * cfg.head_dim * 100
+    assert fs.bytes_per_step(tiny[0].model, 8, 75, 100) == 4 * (mats + 2 * n * kv * (75 + 8 * 100))

@@ -214,3 +214,24 @@ def test_roofline_counts_are_the_models_matrices_and_caches(tiny):
     mats = n * (h * (cfg.num_attention_heads * cfg.head_dim + 2 * kv) + h * h + 2 * h * f + f * h) + h * v
     assert fs.flops_per_token(tiny[0].model, 100) == 2 * mats + 4 * n * cfg.num_attention_heads * cfg.head_dim * 100
     assert fs.bytes_per_step(tiny[0].model, 8, 75, 100) == 4 * (mats + 2 * n * kv * (75 + 8 * 100))
+
+
+@pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
+def test_no_unwritten_cache_column_is_read(tiny, layout, monkeypatch):
+    """The cache is allocated empty: with every new float tensor NaN instead, a call gives the same tokens and
+    log-probs, compactions included (a NaN read anywhere, even under the padding mask, would spread)."""
+    be, ids = tiny
+    rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 4 + [ids["short"]] * 4
+    want = fs.sample(be.model, rows, 120, 1.0, 1.0, be.eos_ids, torch.Generator().manual_seed(3))
+    empty, keep = torch.empty, fs._Cache.keep
+    kept = []
+
+    def nan_empty(*args, **kw):
+        t = empty(*args, **kw)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    monkeypatch.setattr(fs._Cache, "keep", lambda self, idx, n: (kept.append(n), keep(self, idx, n)))
+    got = fs.sample(be.model, rows, 120, 1.0, 1.0, be.eos_ids, torch.Generator().manual_seed(3))
+    assert kept and got == want
+    assert len({len(g[0]) for g in got}) > 1

@@ -196,7 +196,7 @@ class _Cache:
 
 def _rows(cache: torch.Tensor, idx: torch.Tensor, written: int) -> torch.Tensor:
     out = torch.empty((idx.shape[0],) + cache.shape[1:], dtype=cache.dtype, device=cache.device)
-    torch.index_select(cache[:, :, :written], 0, idx, out=out[:, :, :written])
+    out[:, :, :written] = cache[:, :, :written].index_select(0, idx)
     return out
 
 

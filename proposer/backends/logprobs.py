@@ -33,7 +33,7 @@ def nucleus(probs: torch.Tensor, top_p: float, k: int = 8) -> torch.Tensor:
     the mass before the next one reaches top_p (the first token always in), and every token tied with the last
     one kept (a full sort's order among equal values is its implementation's choice; ties kept, the mask is not).
 
-    Why not one full sort per row: on this CPU ``sort`` takes ~75 us a row of 2,688 values, and a sampler sorts
+    Why not one full sort per row: on this CPU ``sort`` takes 75-110 us a row of 2,688 values, and a sampler sorts
     twice per token (its draw and its recorded log-prob). Only a row's top ``k`` values are sorted (``topk``: the
     same values in the same order as a full sort's first k, so the same prefix sums), then for the rows whose
     nucleus is longer the top 8k, then the rest in full; the bundled model's nuclei at top-p 0.95 hold 1 token
@@ -47,7 +47,7 @@ def nucleus(probs: torch.Tensor, top_p: float, k: int = 8) -> torch.Tensor:
         v = rows.sort(dim=-1, descending=True).values if kk >= v_size else rows.topk(kk, dim=-1).values
         reached = (v.cumsum(-1) - v) >= top_p  # mass strictly before each position
         found = reached.any(-1) | (kk >= v_size)
-        n = torch.where(reached.any(-1), reached.to(torch.uint8).argmax(-1), kk)  # how many are kept
+        n = torch.where(reached.any(-1), reached.to(torch.uint8).argmax(-1), kk).clamp_(min=1)  # how many kept
         last[todo[found]] = v.gather(-1, (n - 1)[:, None])[found]
         todo = todo[~found]
         rows, kk = flat[todo], min(8 * kk, v_size)

@@ -46,8 +46,9 @@ def nucleus(probs: torch.Tensor, top_p: float, k: int = 8) -> torch.Tensor:
     while todo.numel():
         v = rows.sort(dim=-1, descending=True).values if kk >= v_size else rows.topk(kk, dim=-1).values
         reached = (v.cumsum(-1) - v) >= top_p  # mass strictly before each position
-        found = reached.any(-1) | (kk >= v_size)
-        n = torch.where(reached.any(-1), reached.to(torch.uint8).argmax(-1), kk).clamp_(min=1)  # how many kept
+        hit = reached.any(-1)
+        found = hit | (kk >= v_size)
+        n = torch.where(hit, reached.to(torch.uint8).argmax(-1), kk).clamp_(min=1)  # how many are kept
         last[todo[found]] = v.gather(-1, (n - 1)[:, None])[found]
         todo = todo[~found]
         rows, kk = flat[todo], min(8 * kk, v_size)

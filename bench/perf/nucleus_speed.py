@@ -11,6 +11,7 @@ and 0.9; the ratios old / new and the load average.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
@@ -18,7 +19,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,22 +28,18 @@ CASES = [("sample T=1 top_p=1", 1.0, 1.0), ("sample T=1 top_p=0.95", 1.0, 0.95),
 
 def worker(tree: str, repeats: int) -> dict:
     """Times every case in the tree at `tree` (imported from there, not from this checkout)."""
-    sys.path.insert(0, tree)
+    sys.path[:0] = [tree, f"{tree}/bench/perf"]
     import torch
+    from learner_speed import campaign_prompt, median_time  # the tree's own (the same in the baseline)
 
-    from proposer.answers.scoring import seed_prompt
     from proposer.backends import make_backend
     from proposer.backends import fast_sampler as fs
     from proposer.backends.base import SamplingParams
     from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
-    from evaluators.types import Evaluation
-    from problems.suites import SUITES
 
     torch.set_num_threads(1)
     be = make_backend("tiny", threads=1)
-    p = SUITES["pbe-hard-heldout"]()[0]  # learner_speed's campaign prompt
-    ev = Evaluation(vector=[0.0] * len(p.tests), scalar=0.0, solved=False, status="wrong")
-    prompt = seed_prompt(p, ev, 4, "compact", "f")
+    prompt = campaign_prompt(be)
     ids = be.encode_prompt(prompt, 384)[0]
     group = be.generate([prompt], 8, SamplingParams(temperature=1.0, max_tokens=384, seed=1))[0]
     samples = [TrainSample.from_completion(c, a) for c, a in zip(group, [1, -1, .5, -.5, 0, 1, -1, 0])]
@@ -56,13 +52,8 @@ def worker(tree: str, repeats: int) -> dict:
             trainer = PolicyTrainer(be.model, TrainConfig(lr=0.0, movement=False, temperature=temp, top_p=top_p))
             def fn(trainer=trainer):
                 trainer.step(samples)
-        fn()
-        ts = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
-        out[name] = statistics.median(ts)
+        fn()  # warm-up
+        out[name] = median_time(fn, repeats)
     return out
 
 
@@ -91,7 +82,7 @@ def main() -> None:
         old = Path(tmp) / "old"
         old.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(old, filter="data")
         runs: dict[str, list[dict]] = {"old": [], "new": []}
         for _ in range(args.rounds):

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from proposer.backends import fast_sampler
-from proposer.backends.fast_sampler import _rms, _rope, active_adapters
+from proposer.backends.fast_sampler import _rms, _rope, active_adapters, rope_tables
 from proposer.backends.logprobs import base_model, padded_targets, tempered_logprobs
 
 
@@ -140,8 +140,7 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
 
 def _rope_at(inner: torch.nn.Module, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (N, 1, head_dim) at positions ``pos`` as the model's own rotary embedding computes them (its
-    ``inv_freq``, fp32 angles, then the activations' dtype)."""
+    ``inv_freq``, fp32 angles, then the activations' dtype), the sin as ``_rope`` takes it (``rope_tables``)."""
     inv = inner.rotary_emb.inv_freq.float()
-    ang = pos.float()[:, None] * inv[None]
-    emb = torch.cat((ang, ang), dim=-1)
-    return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+    cos, sin = rope_tables(pos.float()[:, None] * inv[None], dtype)
+    return cos[:, None], sin[:, None]

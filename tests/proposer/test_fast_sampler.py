@@ -235,3 +235,27 @@ def test_no_unwritten_cache_column_is_read(tiny, layout, monkeypatch):
     got = fs.sample(be.model, rows, 120, 1.0, 1.0, be.eos_ids, torch.Generator().manual_seed(3))
     assert kept and got == want
     assert len({len(g[0]) for g in got}) > 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rope_and_norm_are_the_plain_formulas_bit_for_bit(tiny, dtype):
+    """The sampler's rotary embedding (a roll against a sin table whose first half is negated) and its folded
+    RMSNorm (sum, then divided by n, eps added, in place) are transformers' rotate_half form and
+    x * rsqrt(mean(x^2) + eps) to the bit, the rope's gradient too (the trainer's forward shares ``_rope``)."""
+    from transformers.models.llama.modeling_llama import rotate_half
+
+    g = torch.Generator().manual_seed(0)
+    ang = torch.rand(40, 32, generator=g) * 500
+    cos, sin = fs.rope_tables(ang, dtype)
+    emb = torch.cat((ang, ang), dim=-1)
+    want_cos, want_sin = emb.cos().to(dtype), emb.sin().to(dtype)
+    assert torch.equal(cos, want_cos)
+    x = (torch.randn(40, 3, 64, generator=g, dtype=dtype) * 7).requires_grad_()
+    got, want = fs._rope(x, cos[:, None], sin[:, None]), x * want_cos[:, None] + rotate_half(x) * want_sin[:, None]
+    assert torch.equal(got, want)
+    up = torch.randn(got.shape, generator=g, dtype=dtype)
+    assert torch.equal(torch.autograd.grad(got, x, up)[0], torch.autograd.grad(want, x, up)[0])
+    w = fs.Weights(tiny[0].model)
+    for scale in (1e-3, 1.0, 40.0):
+        h = torch.randn(8, int(w.n_t), generator=g) * scale
+        assert torch.equal(fs._norm(w, h, None), h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + w.eps))

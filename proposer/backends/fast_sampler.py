@@ -137,11 +137,6 @@ class Weights:
                                       self.dtype)
         return self._table
 
-    def rope(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin at positions ``pos`` (rows, T) -> (rows, T, 1, head_dim)."""
-        cos, sin = self.table(int(pos.max()) + 1)
-        return cos[pos][:, :, None], sin[pos][:, :, None]
-
 
 def _t(linear: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(W^T contiguous, bias): ``x @ W^T`` reads it row-major. At a decode step's few rows this runs ~1.5x faster
@@ -237,7 +232,7 @@ def _prefill(w: Weights, prompt: list[int]) -> tuple[torch.Tensor, list[tuple[to
     ids = torch.tensor([prompt], dtype=torch.long, device=w.device)
     t = ids.shape[1]
     x = F.embedding(ids, w.embed)
-    cos, sin = w.rope(torch.arange(t, device=w.device)[None])
+    cos, sin = (c[:t, None] for c in w.table(t))  # positions 0..t-1: (t, 1, head_dim)
     nq, nkv, hd = w.n_heads * w.head_dim, w.n_kv * w.head_dim, w.head_dim
     nqk = w.n_heads + w.n_kv
     kv = []

@@ -257,5 +257,5 @@ def test_rope_and_norm_are_the_plain_formulas_bit_for_bit(tiny, dtype):
     assert torch.equal(torch.autograd.grad(got, x, up)[0], torch.autograd.grad(want, x, up)[0])
     w = fs.Weights(tiny[0].model)
     for scale in (1e-3, 1.0, 40.0):
-        h = torch.randn(8, int(w.n_t), generator=g) * scale
+        h = torch.randn(8, tiny[0].model.config.hidden_size, generator=g) * scale
         assert torch.equal(fs._norm(w, h, None), h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + w.eps))

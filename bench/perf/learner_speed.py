@@ -109,7 +109,8 @@ def step_times(be, prompt: str, repeats: int) -> dict:
     return out
 
 
-ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner
+ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner (a process)
+        "vpo_thread": ["--train", "vpo", "--set", "train.learner=thread"],  # the overlapped step on the thread
         "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"],  # the step in the loop's thread
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
@@ -245,7 +246,8 @@ def main() -> None:
     if args.campaigns:
         c = campaigns(args.campaigns, args.repeats, args.group, arms)
         res["campaigns"] = c
-        names = {"none": "untrained", "vpo": "trained", "vpo_in_loop": "trained with the step in the loop",
+        names = {"none": "untrained", "vpo": "trained", "vpo_thread": "trained with the step on the learner thread",
+                 "vpo_in_loop": "trained with the step in the loop",
                  "vpo_transformers": "trained through transformers' forward"}
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))

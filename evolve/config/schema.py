@@ -215,10 +215,13 @@ class TrainSection(StrictModel):
     fast_forward: bool = Field(True, description="on CPU, a group's training forwards in plain torch (the same "
                                "function as transformers', padding skipped; Llama-family models with plain LoRA), "
                                "else through transformers")
-    overlap: bool = Field(True, description="run each update on a second thread while the next iteration "
-                          "generates, publishing it one iteration later (one version more stale); applies to "
+    overlap: bool = Field(True, description="run each update beside the next iteration's generation "
+                          "(train.learner), publishing it one iteration later (one version more stale); applies to "
                           "tiny / hf:PATH with the fast sampler, LoRA, one proposer and no CoVRL, else steps run "
                           "in the loop")
+    learner: Literal["process", "thread"] = Field("process", description="where an overlapped update runs: "
+                                                  "a process forked from the campaign's (its own interpreter "
+                                                  "lock; Linux, CPU) or the second thread itself")
     covrl: CoVRLSection = Field(default_factory=CoVRLSection)
 
     @field_validator("algo")

@@ -22,7 +22,10 @@ importance weights against the recorded behaviour log-probs already correct for 
 batch is fixed by the iteration numbers alone, not by timing, so kill -9 + resume is exact: a step that the
 uninterrupted run had joined before the checkpoint is redone in the loop on the archive as of its iteration
 (``group_ids(through=t)``), one started at the checkpoint's commit is started again, and the campaign's end joins
-the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning.
+the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning: by default
+(``train.learner: process``) the learner thread hands the update to a process forked at `begin`
+(proposer/training/learner_process.py), so that it and the loop's sampling do not share one interpreter lock; the
+state it sends back leaves this process's trainer exactly as a step on the thread would.
 
 Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
@@ -107,6 +110,7 @@ class CampaignTrainer:
         self._before: dict[str, Any] = {}
         self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
         self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
+        self._process: Any = None  # the learner process (train.learner: process), forked by `_fork`
         self._load()
 
     # --------------------------------------------------------------- persistence
@@ -193,6 +197,8 @@ class CampaignTrainer:
                 if d > 0 and self.last_iteration < d:
                     self.train(camp, d)
         if t > 0 and t % every == 0 and self.last_iteration < t:
+            if self._overlaps(camp):
+                self._fork()  # this step starts before `begin`, which forks otherwise
             self.train(camp, t, background=self._overlaps(camp))
 
     def begin(self, camp: CampaignView) -> None:
@@ -202,9 +208,21 @@ class CampaignTrainer:
         step (that step waits for it), with the probes' fixed seed. Not once a step is under way (a resume's
         `on_restore` may have started one, which takes its baseline itself), nor when no step falls due before
         the run's last iteration (the probe would be dropped unread)."""
+        if self._step_ahead(camp.iteration) and self._overlaps(camp):
+            self._fork()  # before any other thread of this start runs torch (a forked child keeps no thread)
         if (self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every
                 and self._step_ahead(camp.iteration) and self._overlaps(camp)):
             self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
+
+    def _fork(self) -> None:
+        """The learner process (proposer/training/learner_process.py), once, where ``train.learner`` asks for it
+        and this platform can fork one; otherwise overlapped steps run on the learner thread itself. Called only
+        where no other thread runs torch (`begin`, `on_restore`)."""
+        if self._process is None and self.cfg.train.learner == "process":
+            from proposer.training import learner_process
+
+            if learner_process.available(self.trainer):
+                self._process = learner_process.LearnerProcess(self.trainer)
 
     def _step_ahead(self, iteration: int) -> bool:
         """Whether a step falls due after ``iteration`` and by the run's last iteration (``search.iterations``;
@@ -234,6 +252,9 @@ class CampaignTrainer:
         early, self._early = self._early, None
         if early is not None:
             early.thread.join()
+        proc, self._process = self._process, None
+        if proc is not None:
+            proc.close()
 
     def _overlaps(self, camp: CampaignView) -> bool:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
@@ -339,7 +360,8 @@ class CampaignTrainer:
                 probe = None
                 if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
-                self._flight = _Flight(iteration, stats, self.trainer, samples, time.monotonic() - self._t0,
+                step = self.trainer.step if self._process is None else partial(self._process.step, self.trainer)
+                self._flight = _Flight(iteration, stats, step, samples, time.monotonic() - self._t0,
                                        before, probe, self.backend)
                 return None
         if background and self.version == 0:  # the learner thread was not used after all: the baseline here
@@ -398,26 +420,26 @@ class CampaignTrainer:
 
 
 class _Flight:
-    """One update on the learner thread: ``before()`` (the first step's baseline probe), ``trainer.step(samples)``,
-    then ``probe()`` of the policy it made, the probes sampling the live model while the loop samples the pinned
-    one; their outcome and the step's cost (``seconds``: the preparation in the loop plus the step; probes count
+    """One update on the learner thread: ``before()`` (the first step's baseline probe), ``step(samples)`` (the
+    trainer's step, taken on this thread or handed to the learner process), then ``probe()`` of the policy it
+    made, the probes sampling the live model while the loop samples the pinned one; their outcome and the step's cost (``seconds``: the preparation in the loop plus the step; probes count
     apart, as ``probe_seconds``)."""
 
-    def __init__(self, iteration: int, stats: dict[str, Any], trainer: Any, samples: list, prep: float,
+    def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
                  before: Any, probe: Any, backend: Any) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(trainer, samples, before, probe, backend),
+        self.thread = threading.Thread(target=self._run, args=(step, samples, before, probe, backend),
                                        name="vevo-learner", daemon=True)
         self.thread.start()
 
-    def _run(self, trainer: Any, samples: list, before: Any, probe: Any, backend: Any) -> None:
+    def _run(self, step: Any, samples: list, before: Any, probe: Any, backend: Any) -> None:
         try:
             with backend.live_sampling():
                 base = before() if before is not None else {}
                 t = time.monotonic()
-                self.out = trainer.step(samples)
+                self.out = step(samples)
                 self.seconds += time.monotonic() - t
                 self.out.update(base)
                 if probe is not None:

@@ -194,6 +194,54 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path)
     assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
 
 
+_COUNT_PROCESS_STEPS = """
+import json, sys
+from proposer.training import learner_process as lp
+calls = []
+step = lp.LearnerProcess.step
+def counted(self, trainer, samples):
+    calls.append(self.proc.pid)
+    return step(self, trainer, samples)
+lp.LearnerProcess.step = counted
+from evolve.cli import main
+rc = main(["run", {cfg!r}, "--out", {out!r}, "--quiet"])
+open({count!r}, "w").write(json.dumps(calls))
+sys.exit(rc)
+"""
+
+
+def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
+    """train.learner process (the default) and thread: the same steps, statistics, samples, final weights and
+    export, bit for bit; and the process run really stepped in its forked child, one child for the run."""
+    runs = {}
+    for learner in ("process", "thread"):
+        cfg = _cfg(tmp_path, f"  every: 1\n  batch: 1\n  probe_every: 4\n  probe_problems: 2\n  learner: {learner}\n")
+        cfg = cfg.rename(tmp_path / f"{learner}.yaml")
+        runs[learner] = run = tmp_path / learner
+        count = tmp_path / f"{learner}.json"
+        code = _COUNT_PROCESS_STEPS.format(cfg=str(cfg), out=str(run), count=str(count))
+        p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                           capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stderr[-2000:]
+        pids = json.loads(count.read_text())
+        if learner == "process":
+            assert len(pids) == 8 and len(set(pids)) == 1  # every step, in one child
+        else:
+            assert pids == []
+    ref, run = runs["thread"], runs["process"]
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        def key(r):
+            return (r.step, r.policy_version, r.data.get("loss"), r.data.get("grad_norm"), r.data.get("policy_kl"),
+                    r.data.get("probe_own"), r.data.get("probe_own_before"))
+        assert [key(r) for r in a.training_rows()] == [key(r) for r in b.training_rows()]
+        assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
+               [c.token_ids for g in b.recent_groups(100) for c in g.completions]
+    assert_same_policy(ref, run)
+    for r in (ref, run):
+        vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))
+    assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
+
+
 def test_every_training_knob_reaches_the_trainer():
     from evolve.config.schema import ConfigError, load_config
     from evolve.launch.runner import backend_kwargs

@@ -1,0 +1,166 @@
+"""An overlapped training step in a process of its own (``train.learner: process``): the campaign's learner thread
+hands the step to a child forked from the campaign's process and waits for it, so the step and the loop's sampling
+no longer share one interpreter lock.
+
+Why: two threads of one interpreter slow each other down. `python bench/perf/learner_contention.py` put the lean step
+at ~1.5x its time alone beside a sampler on a thread, and the sampler at 0.5-0.75x its speed; beside a process,
+both ran at ~1.0x. Why fork and not spawn: the child starts in milliseconds with the model already in memory,
+shared copy-on-write (the base weights are only read). A spawned learner paid ~3 s of imports and moved the model
+to shared memory, and it was not kept (docs/TRAINING.md).
+
+Exactness: the child runs the same ``PolicyTrainer.step`` on the same state. Each request carries the samples,
+and also the trainer's state (trainable weights, optimizer state, update counter) whenever the campaign's copy
+moved since the child last had it (a step redone in the loop at resume). Each reply carries the new state, which
+is loaded into the campaign's trainer. So after every step the campaign's trainer is bit for bit what a step on
+the thread would have left, and its snapshots, resume and probes do not change. Only tensors and plain values
+cross the pipe, as numpy arrays: nothing is shared through file descriptors.
+
+The child dies with the thread that forked it (``PR_SET_PDEATHSIG``, Linux) and ignores Ctrl-C, which the
+campaign handles. Fork only where nothing else runs torch meanwhile: the campaign forks before its baseline probe
+thread and its pipeline start (`CampaignTrainer.begin`).
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+from typing import Any, Sequence
+
+import torch
+
+from proposer.errors import TrainingError
+
+
+def available(trainer: Any) -> bool:
+    """Whether a learner process can be forked for ``trainer``: on Linux (fork, and a parent-death signal for
+    the child), with the model on the CPU (a child cannot use its parent's CUDA context) and torch on one thread
+    (the campaign default; a child forked from a process whose OpenMP pool ran several threads hangs in it)."""
+    on_cpu = all(p.device.type == "cpu" for p in trainer.params)
+    return (on_cpu and torch.get_num_threads() == 1 and sys.platform.startswith("linux")
+            and "fork" in mp.get_all_start_methods())
+
+
+def _numpy(obj: Any) -> Any:
+    """``obj`` with every tensor as a (marker, numpy array) pair, for the pipe's pickle."""
+    if isinstance(obj, torch.Tensor):
+        return ("__tensor__", obj.detach().cpu().numpy().copy())
+    if isinstance(obj, dict):
+        return {k: _numpy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_numpy(v) for v in obj)
+    return obj
+
+
+def _tensors(obj: Any) -> Any:
+    """The inverse of ``_numpy``."""
+    if isinstance(obj, tuple) and len(obj) == 2 and isinstance(obj[0], str) and obj[0] == "__tensor__":
+        return torch.from_numpy(obj[1])
+    if isinstance(obj, dict):
+        return {k: _tensors(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_tensors(v) for v in obj)
+    return obj
+
+
+def trainer_state(trainer: Any) -> dict[str, Any]:
+    """What a step reads and changes: the trainable tensors (in ``trainer.params`` order), the optimizer's state
+    and the update counter."""
+    return _numpy({"params": [p.detach() for p in trainer.params], **trainer.state_dict()})
+
+
+def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
+    """Put ``trainer_state``'s output into ``trainer`` (in place: the model's tensors stay the same objects)."""
+    s = _tensors(state)
+    if len(s["params"]) != len(trainer.params):
+        raise TrainingError(f"learner process: {len(s['params'])} trainable tensors came back for "
+                            f"{len(trainer.params)}")
+    with torch.no_grad():
+        for p, q in zip(trainer.params, s["params"]):
+            p.copy_(q)
+    trainer.load_state_dict(s)
+
+
+def _serve(trainer: Any, conn: Any, other_end: Any, parent: int) -> None:
+    """The child: take steps until told to stop or the parent is gone. It always leaves by ``os._exit``: no
+    exit handler of the campaign's (its archive, its buffered output) may run twice."""
+    try:
+        _steps(trainer, conn, other_end, parent)
+    finally:
+        os._exit(0)
+
+
+def _steps(trainer: Any, conn: Any, other_end: Any, parent: int) -> None:
+    other_end.close()  # the parent's end: the child must not keep it open
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the forking thread
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was set
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        version, movement, state, samples = msg
+        try:
+            if state is not None:
+                load_trainer_state(trainer, state)
+            if trainer.version != version:
+                raise TrainingError(f"learner process holds update {trainer.version}, the campaign {version}")
+            trainer.cfg.movement = movement
+            stats = trainer.step(samples)
+            reply = (True, stats, trainer_state(trainer))
+        except BaseException as e:  # noqa: BLE001 - reported to the campaign, which raises it
+            reply = (False, f"{type(e).__name__}: {e}".splitlines()[0], None)
+        conn.send(reply)
+
+
+class LearnerProcess:
+    """A forked child that takes ``PolicyTrainer.step`` calls for ``trainer`` (see the module docstring)."""
+
+    def __init__(self, trainer: Any) -> None:
+        ctx = mp.get_context("fork")
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered here is left for the child to write again
+            if stream is not None:
+                stream.flush()
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(trainer, child, self.conn, os.getpid()), daemon=True,
+                                name="vevo-learner")
+        self.proc.start()
+        child.close()
+        self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
+
+    def step(self, trainer: Any, samples: Sequence[Any]) -> dict[str, float]:
+        """``trainer.step(samples)`` taken in the child; ``trainer`` ends in the state the child's step left."""
+        state = trainer_state(trainer) if trainer.version != self.version else None
+        try:
+            self.conn.send((trainer.version, trainer.cfg.movement, state, list(samples)))
+            ok, stats, new = self.conn.recv()
+        except (EOFError, OSError) as e:
+            self.proc.join(timeout=5)
+            raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
+                                f"{type(e).__name__}") from None
+        if not ok:  # the child's trainer may be half way through an update: the next request sends the state
+            self.version = None
+            raise TrainingError(f"learner process: {stats}")
+        load_trainer_state(trainer, new)
+        self.version = trainer.version
+        return stats
+
+    def close(self) -> None:
+        """Stop the child (it is idle between steps) and wait for it."""
+        try:
+            self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()

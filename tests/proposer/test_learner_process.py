@@ -1,0 +1,141 @@
+"""The learner process (proposer/training/learner_process.py): a real forked child taking real PolicyTrainer steps
+on a tiny Llama with a LoRA; what it leaves in the campaign's trainer must be what a step on the thread leaves."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from proposer.errors import TrainingError
+from proposer.training import learner_process
+from proposer.training.lora import wrap_lora
+from proposer.training.trainer import PolicyTrainer, TrainConfig
+from tests.proposer.test_training import _group, tiny_llama
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the learner process forks (Linux)")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The campaign's torch threads (`available` forks only from one)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _trainer(seed: int = 3) -> PolicyTrainer:
+    model = wrap_lora(tiny_llama(seed=seed), rank=4)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0.0, 0.1)
+    return PolicyTrainer(model, TrainConfig(lr=1e-2, minibatch=8, kl_beta=0.05))
+
+
+def _state(tr: PolicyTrainer) -> list[torch.Tensor]:
+    """Every tensor a step changes: the trainable weights, then Adam's moments and step counters."""
+    opt = tr.opt.state_dict()["state"]
+    return [p.detach().clone() for p in tr.params] + [v.clone() for k in sorted(opt) for v in opt[k].values()]
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_steps_in_the_process_leave_the_trainer_bit_for_bit_as_steps_on_the_thread():
+    """Three steps each way, the third after a step the campaign took itself (the child must be sent the moved
+    state): the same statistics and the same weights and optimizer state, bit for bit."""
+    a, b = _trainer(), _trainer()
+    assert learner_process.available(b)
+    torch.set_num_threads(2)
+    assert not learner_process.available(b)  # forked from an OpenMP pool of two, the child would hang
+    torch.set_num_threads(1)
+    steps = [_group(seed=s, model=a.model) for s in (1, 2, 3, 4)]
+    proc = learner_process.LearnerProcess(b)
+    try:
+        for i, samples in enumerate(steps):
+            a.cfg.movement = b.cfg.movement = i % 2 == 0  # the movement flag travels with each request
+            sa = a.step(samples)
+            if i == 2:  # a step the campaign takes in its own process (a resume's redone step)
+                sb = b.step(samples)
+            else:
+                sb = proc.step(b, samples)
+            assert sa == sb, i
+            assert _same(_state(a), _state(b)), i
+            assert a.version == b.version == i + 1
+        assert proc.proc.is_alive()
+    finally:
+        proc.close()
+    assert not proc.proc.is_alive() and proc.proc.exitcode == 0
+    assert max(float((p.detach() - q.detach()).abs().max()) for p, q in zip(a.params, _trainer().params)) > 0
+
+
+def test_an_error_in_the_child_is_one_line_and_the_process_serves_on():
+    tr = _trainer()
+    proc = learner_process.LearnerProcess(tr)
+    try:
+        bad = _group(model=tr.model)
+        bad[0].advantage = float("nan")
+        with pytest.raises(TrainingError, match=r"^learner process: ValueError: sample 0: advantage is nan$"):
+            proc.step(tr, bad)
+        assert tr.version == 0 and proc.version is None  # the next request carries the state again
+        proc.step(tr, _group(model=tr.model))  # and is served
+        assert tr.version == 1
+    finally:
+        proc.close()
+
+
+def test_a_dead_child_is_a_training_error_not_a_hang():
+    tr = _trainer()
+    proc = learner_process.LearnerProcess(tr)
+    os.kill(proc.proc.pid, signal.SIGKILL)
+    proc.proc.join(timeout=10)
+    with pytest.raises(TrainingError, match=r"learner process died \(exit code -9\)"):
+        proc.step(tr, _group(model=tr.model))
+    proc.close()
+
+
+_PARENT = """
+import sys, time
+import torch
+torch.set_num_threads(1)
+sys.path.insert(0, {root!r})
+from tests.proposer.test_learner_process import _trainer
+from proposer.training.learner_process import LearnerProcess
+proc = LearnerProcess(_trainer())
+print(proc.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not gone and not a zombie waiting for whoever inherited it to reap it."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
+
+
+def test_the_child_dies_with_a_parent_killed_by_sigkill():
+    """kill -9 of the campaign leaves no learner behind (PR_SET_PDEATHSIG), though the child is idle in recv."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.Popen([sys.executable, "-c", _PARENT.format(root=root)], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())
+        os.kill(child, 0)  # alive
+        p.kill()
+        p.wait()
+        end = time.time() + 10
+        while time.time() < end and _alive(child):
+            time.sleep(0.05)
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the learner process outlived its parent")
+    finally:
+        p.kill()

@@ -36,9 +36,12 @@ from proposer.errors import TrainingError
 def available(trainer: Any) -> bool:
     """Whether a learner process can be forked for ``trainer``: on Linux (fork, and a parent-death signal for
     the child), with the model on the CPU (a child cannot use its parent's CUDA context) and torch on one thread
-    (the campaign default; a child forked from a process whose OpenMP pool ran several threads hangs in it)."""
+    (the campaign default; a child forked from a process whose OpenMP pool ran several threads hangs in it),
+    and no Ray driver here (the threads of its connection do not survive a fork: such a run keeps the thread)."""
     on_cpu = all(p.device.type == "cpu" for p in trainer.params)
-    return (on_cpu and torch.get_num_threads() == 1 and sys.platform.startswith("linux")
+    ray = sys.modules.get("ray")
+    ray_driver = ray is not None and getattr(ray, "is_initialized", lambda: False)()
+    return (on_cpu and torch.get_num_threads() == 1 and not ray_driver and sys.platform.startswith("linux")
             and "fork" in mp.get_all_start_methods())
 
 

@@ -4,9 +4,11 @@ no longer share one interpreter lock.
 
 Why: two threads of one interpreter slow each other down. `python bench/perf/learner_contention.py` put the lean step
 at ~1.5x its time alone beside a sampler on a thread, and the sampler at 0.5-0.75x its speed; beside a process,
-both ran at ~1.0x. Why fork and not spawn: the child starts in milliseconds with the model already in memory,
-shared copy-on-write (the base weights are only read). A spawned learner paid ~3 s of imports and moved the model
-to shared memory, and it was not kept (docs/TRAINING.md).
+both ran at ~1.0x. In campaigns it is the loop's generation that gains: 12 iterations of `pbe-hard-heldout` cost
+1.42x the untrained run against 1.53x with the step on the thread (bench/perf/learner_speed.py, docs/TRAINING.md).
+Why fork and not spawn: the child starts in milliseconds with the model already in memory, shared copy-on-write
+(the base weights are only read). A spawned learner paid ~3 s of imports and moved the model to shared memory, and
+it was not kept (docs/TRAINING.md).
 
 Exactness: the child runs the same ``PolicyTrainer.step`` on the same state. Each request carries the samples,
 and also the trainer's state (trainable weights, optimizer state, update counter) whenever the campaign's copy

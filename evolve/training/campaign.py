@@ -422,8 +422,8 @@ class CampaignTrainer:
 class _Flight:
     """One update on the learner thread: ``before()`` (the first step's baseline probe), ``step(samples)`` (the
     trainer's step, taken on this thread or handed to the learner process), then ``probe()`` of the policy it
-    made, the probes sampling the live model while the loop samples the pinned one; their outcome and the step's cost (``seconds``: the preparation in the loop plus the step; probes count
-    apart, as ``probe_seconds``)."""
+    made, the probes sampling the live model while the loop samples the pinned one; their outcome and the step's
+    cost (``seconds``: the preparation in the loop plus the step; probes count apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
                  before: Any, probe: Any, backend: Any) -> None:

@@ -25,7 +25,8 @@ uninterrupted run had joined before the checkpoint is redone in the loop on the 
 the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning: by default
 (``train.learner: process``) the learner thread hands the update to a process forked at `begin`
 (proposer/training/learner_process.py), so that it and the loop's sampling do not share one interpreter lock; the
-state it sends back leaves this process's trainer exactly as a step on the thread would.
+state it sends back leaves this process's trainer exactly as a step on the thread would. The probes sample there
+too, and are scored here.
 
 Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
@@ -222,7 +223,7 @@ class CampaignTrainer:
             from proposer.training import learner_process
 
             if learner_process.available(self.trainer):
-                self._process = learner_process.LearnerProcess(self.trainer)
+                self._process = learner_process.LearnerProcess(self.trainer, self.backend)
 
     def _step_ahead(self, iteration: int) -> bool:
         """Whether a step falls due after ``iteration`` and by the run's last iteration (``search.iterations``;
@@ -320,7 +321,9 @@ class CampaignTrainer:
                                  style=camp.prompt_style)
         if not quiet:
             camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
-        return self.prober.run(self.backend, camp.evaluator, suffix)
+        # with a learner process, the probes sample there: beside the loop's generation without sharing its lock
+        backend = self.backend if self._process is None else self._process.sampler(self.trainer, self.backend)
+        return self.prober.run(backend, camp.evaluator, suffix)
 
     def train(self, camp: CampaignView, iteration: int, background: bool = False) -> dict[str, Any] | None:
         """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`

@@ -17,6 +17,10 @@ is loaded into the campaign's trainer. So after every step the campaign's traine
 the thread would have left, and its snapshots, resume and probes do not change. Only tensors and plain values
 cross the pipe, as numpy arrays: nothing is shared through file descriptors.
 
+The probes sample there too (`ChildSampler`): the child's copy of the backend, forked before any pin, samples
+the policy its trainer holds, with the probes' seed, so a probe there draws what it would draw on the campaign's
+live model, and its sampling does not share the loop's lock either.
+
 The child dies with the thread that forked it (``PR_SET_PDEATHSIG``, Linux) and ignores Ctrl-C, which the
 campaign handles. Fork only where nothing else runs torch meanwhile: the campaign forks before its baseline probe
 thread and its pipeline start (`CampaignTrainer.begin`).
@@ -28,6 +32,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import threading
 from typing import Any, Sequence
 
 import torch
@@ -87,16 +92,16 @@ def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
     trainer.load_state_dict(s)
 
 
-def _serve(trainer: Any, conn: Any, other_end: Any, parent: int) -> None:
-    """The child: take steps until told to stop or the parent is gone. It always leaves by ``os._exit``: no
+def _serve(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int) -> None:
+    """The child: serve requests until told to stop or the parent is gone. It always leaves by ``os._exit``: no
     exit handler of the campaign's (its archive, its buffered output) may run twice."""
     try:
-        _steps(trainer, conn, other_end, parent)
+        _requests(trainer, backend, conn, other_end, parent)
     finally:
         os._exit(0)
 
 
-def _steps(trainer: Any, conn: Any, other_end: Any, parent: int) -> None:
+def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int) -> None:
     other_end.close()  # the parent's end: the child must not keep it open
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the forking thread
@@ -112,60 +117,92 @@ def _steps(trainer: Any, conn: Any, other_end: Any, parent: int) -> None:
             return
         if msg is None:
             return
-        version, movement, state, samples = msg
+        kind, version, state, payload = msg
         try:
             if state is not None:
                 load_trainer_state(trainer, state)
             if trainer.version != version:
                 raise TrainingError(f"learner process holds update {trainer.version}, the campaign {version}")
-            trainer.cfg.movement = movement
-            stats = trainer.step(samples)
-            reply = (True, stats, trainer_state(trainer))
+            if kind == "step":
+                movement, samples = payload
+                trainer.cfg.movement = movement
+                stats = trainer.step(samples)
+                reply = (True, stats, trainer_state(trainer))
+            else:  # "generate": the backend's copy here samples the trainer's model, the policy it holds
+                reply = (True, backend.generate(*payload), None)
         except BaseException as e:  # noqa: BLE001 - reported to the campaign, which raises it
             reply = (False, f"{type(e).__name__}: {e}".splitlines()[0], None)
         conn.send(reply)
 
 
 class LearnerProcess:
-    """A forked child that takes ``PolicyTrainer.step`` calls for ``trainer`` (see the module docstring)."""
+    """A forked child that takes ``PolicyTrainer.step`` calls for ``trainer``, and samples the policy it holds
+    through its copy of ``backend`` (the probes; see the module docstring)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Any, backend: Any = None) -> None:
         ctx = mp.get_context("fork")
         for stream in (sys.stdout, sys.stderr):  # nothing buffered here is left for the child to write again
             if stream is not None:
                 stream.flush()
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(trainer, child, self.conn, os.getpid()), daemon=True,
+        self.proc = ctx.Process(target=_serve, args=(trainer, backend, child, self.conn, os.getpid()), daemon=True,
                                 name="vevo-learner")
         self.proc.start()
         child.close()
         self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
+        self._lock = threading.Lock()  # one request at a time: the learner thread and the baseline probe's share it
+
+    def _request(self, trainer: Any, kind: str, payload: tuple) -> Any:
+        """Send one request with the trainer's state if the child's is not the same, and take its reply."""
+        with self._lock:
+            state = trainer_state(trainer) if trainer.version != self.version else None
+            try:
+                self.conn.send((kind, trainer.version, state, payload))
+                ok, out, new = self.conn.recv()
+            except (EOFError, OSError) as e:
+                self.proc.join(timeout=5)
+                raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
+                                    f"{type(e).__name__}") from None
+            if not ok:  # the child's trainer may be half way through an update: the next request sends the state
+                self.version = None
+                raise TrainingError(f"learner process: {out}")
+            if new is not None:
+                load_trainer_state(trainer, new)
+            self.version = trainer.version
+            return out
 
     def step(self, trainer: Any, samples: Sequence[Any]) -> dict[str, float]:
         """``trainer.step(samples)`` taken in the child; ``trainer`` ends in the state the child's step left."""
-        state = trainer_state(trainer) if trainer.version != self.version else None
-        try:
-            self.conn.send((trainer.version, trainer.cfg.movement, state, list(samples)))
-            ok, stats, new = self.conn.recv()
-        except (EOFError, OSError) as e:
-            self.proc.join(timeout=5)
-            raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
-                                f"{type(e).__name__}") from None
-        if not ok:  # the child's trainer may be half way through an update: the next request sends the state
-            self.version = None
-            raise TrainingError(f"learner process: {stats}")
-        load_trainer_state(trainer, new)
-        self.version = trainer.version
-        return stats
+        return self._request(trainer, "step", (trainer.cfg.movement, list(samples)))
+
+    def sampler(self, trainer: Any, backend: Any) -> "ChildSampler":
+        """``backend`` with its ``generate`` done in the child, on ``trainer``'s policy (for the probes)."""
+        return ChildSampler(self, trainer, backend)
 
     def close(self) -> None:
-        """Stop the child (it is idle between steps) and wait for it."""
-        try:
-            self.conn.send(None)
-        except (OSError, ValueError):
-            pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.conn.close()
+        """Stop the child (it is idle between requests) and wait for it."""
+        with self._lock:
+            try:
+                self.conn.send(None)
+            except (OSError, ValueError):
+                pass
+            self.proc.join(timeout=10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join()
+            self.conn.close()
+
+
+class ChildSampler:
+    """A backend whose ``generate`` runs in the learner process, on the trainer's current policy, and which is
+    ``backend`` for everything else. The child's copy of the backend samples it unpinned (it was forked before
+    any pin), so a probe there draws what a probe on the live model here draws, with the same seed."""
+
+    def __init__(self, proc: LearnerProcess, trainer: Any, backend: Any) -> None:
+        self._proc, self._trainer, self._backend = proc, trainer, backend
+
+    def generate(self, prompts: list[str], n: int, sampling: Any) -> list:
+        return self._proc._request(self._trainer, "generate", (list(prompts), n, sampling))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._backend, name)

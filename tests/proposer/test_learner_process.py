@@ -13,9 +13,9 @@ import torch
 
 from proposer.errors import TrainingError
 from proposer.training import learner_process
-from proposer.training.lora import wrap_lora
-from proposer.training.trainer import PolicyTrainer, TrainConfig
-from tests.proposer.test_training import _group, tiny_llama
+from proposer.training.trainer import PolicyTrainer
+from tests.proposer.trainer_helpers import campaign_group as _group
+from tests.proposer.trainer_helpers import lora_trainer as _trainer
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the learner process forks (Linux)")
 
@@ -29,14 +29,6 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def _trainer(seed: int = 3) -> PolicyTrainer:
-    model = wrap_lora(tiny_llama(seed=seed), rank=4)
-    for n, p in model.named_parameters():
-        if "lora_B" in n:
-            p.data.normal_(0.0, 0.1)
-    return PolicyTrainer(model, TrainConfig(lr=1e-2, minibatch=8, kl_beta=0.05))
-
-
 def _state(tr: PolicyTrainer) -> list[torch.Tensor]:
     """Every tensor a step changes: the trainable weights, then Adam's moments and step counters."""
     opt = tr.opt.state_dict()["state"]
@@ -48,7 +40,7 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 def test_steps_in_the_process_leave_the_trainer_bit_for_bit_as_steps_on_the_thread():
-    """Three steps each way, the third after a step the campaign took itself (the child must be sent the moved
+    """Four steps each way, the third taken by the campaign itself (so the fourth request must carry the moved
     state): the same statistics and the same weights and optimizer state, bit for bit."""
     a, b = _trainer(), _trainer()
     assert learner_process.available(b)
@@ -105,9 +97,9 @@ import sys, time
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {root!r})
-from tests.proposer.test_learner_process import _trainer
+from tests.proposer.trainer_helpers import lora_trainer
 from proposer.training.learner_process import LearnerProcess
-proc = LearnerProcess(_trainer())
+proc = LearnerProcess(lora_trainer())
 print(proc.proc.pid, flush=True)
 time.sleep(600)
 """
@@ -139,3 +131,39 @@ def test_the_child_dies_with_a_parent_killed_by_sigkill():
             pytest.fail("the learner process outlived its parent")
     finally:
         p.kill()
+
+
+def test_the_child_samples_what_the_campaign_would_sample_before_and_after_a_step():
+    """The probes' path: ``sampler(...).generate`` in the child gives the tokens and log-probs that the campaign's
+    own backend gives with the same seed, on policy v0 and on the policy a step in the child made."""
+    from proposer.backends import TINY_CHECKPOINT, make_backend
+    from proposer.backends.base import SamplingParams
+    from proposer.training.lora import wrap_lora
+    from proposer.training.trainer import TrainConfig, TrainSample
+
+    if not (TINY_CHECKPOINT / "config.json").is_file():
+        pytest.skip("no bundled tiny checkpoint")
+    be = make_backend("tiny", device="cpu", threads=1)
+    torch.manual_seed(0)
+    be.model = wrap_lora(be.model, rank=4)
+    tr = PolicyTrainer(be.model, TrainConfig(lr=5e-2))
+    prompt = "def f(x):\n    return"
+    sp = SamplingParams(temperature=1.0, max_tokens=24, seed=7)
+    proc = learner_process.LearnerProcess(tr, be)
+    try:
+        def both() -> tuple[list, list]:
+            here = be.generate([prompt, "x ="], 3, sp)
+            there = proc.sampler(tr, be).generate([prompt, "x ="], 3, sp)
+            return ([(c.token_ids, c.logprobs) for g in here for c in g],
+                    [(c.token_ids, c.logprobs) for g in there for c in g])
+        here, there = both()
+        assert here == there
+        group = be.generate([prompt], 4, SamplingParams(temperature=1.0, max_tokens=24, seed=1))[0]
+        proc.step(tr, [TrainSample.from_completion(c, a) for c, a in zip(group, [1.0, -1.0, 0.5, -0.5])])
+        assert tr.version == 1
+        here2, there2 = both()
+        assert here2 == there2
+        assert here2 != here  # the step moved the policy both sample
+        assert proc.sampler(tr, be).name == be.name  # everything but generate is the backend's
+    finally:
+        proc.close()

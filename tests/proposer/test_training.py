@@ -6,26 +6,19 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from proposer.backends.base import Completion
 from proposer.training.estimators import set_reward, vpo_advantage
 from proposer.backends.logprobs import batch_sequence_logprobs, sequence_logprobs
 from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
+from tests.proposer.trainer_helpers import VOCAB, tiny_llama
+from tests.proposer.trainer_helpers import campaign_group as _group
 
-VOCAB, D, M, G = 32, 4, 4, 8
+D, M, G = 4, 4, 8
 PROMPT = [1, 2, 3]
 # token t in 4..7 passes test t-4 only; every other token passes nothing
 REWARD = np.zeros((VOCAB, D))
 REWARD[4:8] = np.eye(D)
-
-
-def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                      tie_word_embeddings=False)
-    return LlamaForCausalLM(cfg)
 
 
 @torch.no_grad()
@@ -260,18 +253,6 @@ def test_movement_sums_is_the_per_token_formula_and_ignores_masked_positions():
 
 
 # ------------------------------------------------------------------------------------------ the lean step
-def _group(n=8, seed=0, model=None):
-    """A campaign-shaped group: one prompt, n completions of different lengths, behaviour log-probs, advantages."""
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(0, VOCAB, (9,), generator=g).tolist()
-    out = []
-    for i in range(n):
-        c = torch.randint(0, VOCAB, (int(torch.randint(1, 12, (1,), generator=g)),), generator=g).tolist()
-        beh = [x - 0.01 * (i % 3) for x in sequence_logprobs(model, prompt, c)]
-        out.append(TrainSample(prompt, c, beh, float(torch.randn(1, generator=g))))
-    return out
-
-
 def _grads_and_stats(model, samples, **cfg):
     """One step at lr 0 (the model does not move): the gradient it applied and its statistics."""
     tr = PolicyTrainer(model, TrainConfig(lr=0.0, minibatch=8, kl_beta=0.05, **cfg), ref_model=None)

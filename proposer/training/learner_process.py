@@ -14,8 +14,8 @@ Exactness: the child runs the same ``PolicyTrainer.step`` on the same state. Eac
 and also the trainer's state (trainable weights, optimizer state, update counter) whenever the campaign's copy
 moved since the child last had it (a step redone in the loop at resume). Each reply carries the new state, which
 is loaded into the campaign's trainer. So after every step the campaign's trainer is bit for bit what a step on
-the thread would have left, and its snapshots, resume and probes do not change. Only tensors and plain values
-cross the pipe, as numpy arrays: nothing is shared through file descriptors.
+the thread would have left, and its snapshots, resume and probes do not change. Only plain values cross the pipe
+(tensors as numpy arrays, samples, completions): nothing is shared through file descriptors.
 
 The probes sample there too (`ChildSampler`): the child's copy of the backend, forked before any pin, samples
 the policy its trainer holds, with the probes' seed, so a probe there draws what it would draw on the campaign's

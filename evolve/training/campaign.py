@@ -209,10 +209,10 @@ class CampaignTrainer:
         step (that step waits for it), with the probes' fixed seed. Not once a step is under way (a resume's
         `on_restore` may have started one, which takes its baseline itself), nor when no step falls due before
         the run's last iteration (the probe would be dropped unread)."""
-        if self._step_ahead(camp.iteration) and self._overlaps(camp):
-            self._fork()  # before any other thread of this start runs torch (a forked child keeps no thread)
-        if (self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every
-                and self._step_ahead(camp.iteration) and self._overlaps(camp)):
+        if not (self._step_ahead(camp.iteration) and self._overlaps(camp)):
+            return
+        self._fork()  # before any other thread of this start runs torch (a forked child keeps no thread)
+        if self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every:
             self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
 
     def _fork(self) -> None:

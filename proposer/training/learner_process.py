@@ -53,7 +53,9 @@ def available(trainer: Any) -> bool:
 
 
 def _numpy(obj: Any) -> Any:
-    """``obj`` with every tensor as a (marker, numpy array) pair, for the pipe's pickle."""
+    """``obj`` with every tensor as a (marker, numpy array) pair, for the pipe's pickle. Not ``torch.save``: on the
+    tiny model's adapter and Adam state (3 MB) it took 11.6 ms to write and 25 ms to read with ``weights_only``,
+    where this takes ~2 ms each way, on every step."""
     if isinstance(obj, torch.Tensor):
         return ("__tensor__", obj.detach().cpu().numpy().copy())
     if isinstance(obj, dict):
@@ -175,6 +177,10 @@ class LearnerProcess:
         """``trainer.step(samples)`` taken in the child; ``trainer`` ends in the state the child's step left."""
         return self._request(trainer, "step", (trainer.cfg.movement, list(samples)))
 
+    def generate(self, trainer: Any, prompts: list[str], n: int, sampling: Any) -> list:
+        """``backend.generate`` in the child, on the policy ``trainer`` holds."""
+        return self._request(trainer, "generate", (list(prompts), n, sampling))
+
     def sampler(self, trainer: Any, backend: Any) -> "ChildSampler":
         """``backend`` with its ``generate`` done in the child, on ``trainer``'s policy (for the probes)."""
         return ChildSampler(self, trainer, backend)
@@ -202,7 +208,7 @@ class ChildSampler:
         self._proc, self._trainer, self._backend = proc, trainer, backend
 
     def generate(self, prompts: list[str], n: int, sampling: Any) -> list:
-        return self._proc._request(self._trainer, "generate", (list(prompts), n, sampling))
+        return self._proc.generate(self._trainer, prompts, n, sampling)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._backend, name)

@@ -26,7 +26,9 @@ the last one (`drain`). The second core, idle in the loop but for the sandbox, d
 (``train.learner: process``) the learner thread hands the update to a process forked at `begin`
 (proposer/training/learner_process.py), so that it and the loop's sampling do not share one interpreter lock; the
 state it sends back leaves this process's trainer exactly as a step on the thread would. The probes sample there
-too, and are scored here.
+too, and are scored here. When the loop commits an iteration while the child still runs the last step, it takes
+the next step's reference log-probs itself (`_reference_ahead`) instead of waiting idle: the same bits, one
+forward less for the learner, the slower side of a long trained run.
 
 Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
@@ -39,6 +41,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -112,6 +115,7 @@ class CampaignTrainer:
         self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
         self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
         self._process: Any = None  # the learner process (train.learner: process), forked by `_fork`
+        self._step_seconds = self._ahead_seconds = 0.0  # the last step's and the last `_reference_ahead`'s lengths
         self._load()
 
     # --------------------------------------------------------------- persistence
@@ -242,9 +246,36 @@ class CampaignTrainer:
         return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
 
     def __call__(self, camp: CampaignView, iteration: int) -> None:
+        ahead = self._reference_ahead(camp, iteration)
         self.join(camp)  # a step started at an earlier commit is published now, before anything else is prepared
         if self.due(iteration):
-            self.train(camp, iteration, background=self._overlaps(camp))
+            self.train(camp, iteration, background=self._overlaps(camp), ahead=ahead)
+
+    def _reference_ahead(self, camp: CampaignView, iteration: int) -> _Ahead | None:
+        """The reference log-probs of the step due now, taken by the loop while the learner process still runs
+        the last step (the loop would only wait for it): one forward less for the learner, the slower side of a
+        long trained run, and the same bits as the child's (``PolicyTrainer.reference``). Only with the learner
+        process: nothing else in this process touches the model meanwhile (the loop samples a pinned snapshot,
+        the probes sample in the child), so switching the adapter off here is safe."""
+        f = self._flight
+        # only where the last step's length says this one will still run for longer than the forward takes (a
+        # learner left idle waiting for the loop loses what the forward saves it; the bits do not depend on it)
+        if (f is None or self._process is None or not f.thread.is_alive() or not self.due(iteration)
+                or time.monotonic() - f.started + self._ahead_seconds > self._step_seconds
+                or not self.trainer.uses_kl or (self.step_algo is not None and self.step_algo.covrl_due(
+                    iteration, self.cfg.train.every, self.cfg.train.covrl.share))):
+            return None
+        t = time.monotonic()
+        groups = self._groups(camp.archive, iteration)
+        if not groups:
+            return None
+        try:
+            samples = self._samples(camp, iteration, groups, *flatten_groups(groups)).samples
+            refs = self.trainer.reference(samples) if samples else None
+        except Exception:  # noqa: BLE001 - whatever failed here fails again in the step, which reports it
+            return None
+        self._ahead_seconds = time.monotonic() - t
+        return None if refs is None else _Ahead(iteration, _key(samples), refs, self._ahead_seconds)
 
     def drain(self, camp: CampaignView) -> None:
         """At the campaign's end: the step still on the learner thread is finished and published (a baseline
@@ -275,6 +306,7 @@ class CampaignTrainer:
             raise f.error
         f.stats.update(f.out)
         f.stats["train_wait_seconds"] = round(time.monotonic() - t, 4)  # what the loop waited for it
+        self._step_seconds = f.step_seconds
         self.version += 1
         self._finish(camp, f.iteration, f.stats, step_seconds=f.seconds)
 
@@ -325,9 +357,18 @@ class CampaignTrainer:
         backend = self.backend if self._process is None else self._process.sampler(self.trainer, self.backend)
         return self.prober.run(backend, camp.evaluator, suffix)
 
-    def train(self, camp: CampaignView, iteration: int, background: bool = False) -> dict[str, Any] | None:
+    def _samples(self, camp: CampaignView, iteration: int, groups: list[GroupRow], raw_mats, gids, comps):
+        """The step's samples and statistics from its groups (``step_inputs``; ValueError on bad input)."""
+        algo = self.step_algo.estimator if self.step_algo is not None else self.algo
+        novel, parents = self._shaping(camp.archive, groups, raw_mats, comps)
+        return step_inputs(algo, raw_mats, gids, comps, reward=self.cfg.train.reward, novel=novel, parents=parents,
+                           rng=np.random.default_rng([self.cfg.seed, iteration]))
+
+    def train(self, camp: CampaignView, iteration: int, background: bool = False,
+              ahead: _Ahead | None = None) -> dict[str, Any] | None:
         """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`
-        finishes it), where the backend can pin the published policy for sampling meanwhile."""
+        finishes it), where the backend can pin the published policy for sampling meanwhile. ``ahead``: its
+        reference log-probs, taken while the last step ran (`_reference_ahead`)."""
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
@@ -341,11 +382,8 @@ class CampaignTrainer:
         if self.step_algo is not None and self.step_algo.covrl_due(iteration, self.cfg.train.every,
                                                                    self.cfg.train.covrl.share):
             return self._train_covrl(camp, iteration, groups, raw_mats, comps)
-        algo = self.step_algo.estimator if self.step_algo is not None else self.algo
-        novel, parents = self._shaping(camp.archive, groups, raw_mats, comps)
         try:
-            prepared = step_inputs(algo, raw_mats, gids, comps, reward=self.cfg.train.reward, novel=novel,
-                                   parents=parents, rng=np.random.default_rng([self.cfg.seed, iteration]))
+            prepared = self._samples(camp, iteration, groups, raw_mats, gids, comps)
         except ValueError as e:  # bad training input never stops the campaign
             camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
             camp.reporter.event(f"training step skipped at iteration {iteration}: {e}", kind="training",
@@ -363,9 +401,16 @@ class CampaignTrainer:
                 probe = None
                 if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
-                step = self.trainer.step if self._process is None else partial(self._process.step, self.trainer)
-                self._flight = _Flight(iteration, stats, step, samples, time.monotonic() - self._t0,
-                                       before, probe, self.backend)
+                prep = time.monotonic() - self._t0
+                if self._process is None:
+                    step = self.trainer.step
+                else:
+                    refs = None
+                    if ahead is not None and ahead.iteration == iteration and ahead.key == _key(samples):
+                        refs, prep = ahead.refs, prep + ahead.seconds
+                        stats["reference_ahead_seconds"] = round(ahead.seconds, 4)
+                    step = partial(self._process.step, self.trainer, refs=refs)
+                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend)
                 return None
         if background and self.version == 0:  # the learner thread was not used after all: the baseline here
             self._before = self._baseline(camp)
@@ -422,6 +467,20 @@ class CampaignTrainer:
         return stats
 
 
+def _key(samples: list) -> list:
+    """What a step's reference log-probs depend on."""
+    return [(s.prompt_ids, s.completion_ids) for s in samples]
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """Reference log-probs taken ahead of the step due at ``iteration``, for the samples ``key`` names."""
+    iteration: int
+    key: list
+    refs: list
+    seconds: float
+
+
 class _Flight:
     """One update on the learner thread: ``before()`` (the first step's baseline probe), ``step(samples)`` (the
     trainer's step, taken on this thread or handed to the learner process), then ``probe()`` of the policy it
@@ -431,6 +490,7 @@ class _Flight:
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
                  before: Any, probe: Any, backend: Any) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
+        self.started, self.step_seconds = time.monotonic(), 0.0  # step_seconds: the step's own, as it ran
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(step, samples, before, probe, backend),
@@ -443,7 +503,8 @@ class _Flight:
                 base = before() if before is not None else {}
                 t = time.monotonic()
                 self.out = step(samples)
-                self.seconds += time.monotonic() - t
+                self.step_seconds = time.monotonic() - t
+                self.seconds += self.step_seconds
                 self.out.update(base)
                 if probe is not None:
                     self.out.update(probe())

@@ -126,9 +126,9 @@ def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int
             if trainer.version != version:
                 raise TrainingError(f"learner process holds update {trainer.version}, the campaign {version}")
             if kind == "step":
-                movement, samples = payload
+                movement, samples, refs = payload
                 trainer.cfg.movement = movement
-                stats = trainer.step(samples)
+                stats = trainer.step(samples, refs=_tensors(refs))
                 reply = (True, stats, trainer_state(trainer))
             else:  # "generate": the backend's copy here samples the trainer's model, the policy it holds
                 reply = (True, backend.generate(*payload), None)
@@ -173,9 +173,9 @@ class LearnerProcess:
             self.version = trainer.version
             return out
 
-    def step(self, trainer: Any, samples: Sequence[Any]) -> dict[str, float]:
-        """``trainer.step(samples)`` taken in the child; ``trainer`` ends in the state the child's step left."""
-        return self._request(trainer, "step", (trainer.cfg.movement, list(samples)))
+    def step(self, trainer: Any, samples: Sequence[Any], refs: Any = None) -> dict[str, float]:
+        """``trainer.step(samples, refs)`` taken in the child; ``trainer`` ends in the state the child's step left."""
+        return self._request(trainer, "step", (trainer.cfg.movement, list(samples), _numpy(refs)))
 
     def generate(self, trainer: Any, prompts: list[str], n: int, sampling: Any) -> list:
         """``backend.generate`` in the child, on the policy ``trainer`` holds."""

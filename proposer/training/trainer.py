@@ -41,9 +41,10 @@ movement probe. The *lean* step (``lean``, whenever ``epochs == 1`` and the samp
 campaign) takes pi_old from the training forward itself, detached: it is the same policy on the same tokens, so
 the loss and gradients are the general step's (tests/proposer/test_training.py) for one forward less. With
 ``shared_prompt`` the rows of a micro-batch that share one prompt (a group) run it once (``completion_logprobs``).
-``movement=False`` skips the movement forward (its keys are then absent from the stats). With ``fast_forward`` a
-group on CPU runs the forwards in plain torch (``proposer/backends/fast_logprobs.py``: the same function as
-transformers', its padding never computed, ~1/5 less time per step) where the model's layout allows.
+``movement=False`` skips the movement forward (its keys are then absent from the stats). The reference forward
+can be taken ahead by another trainer of the same model (``reference``, then ``step(samples, refs=...)``). With
+``fast_forward`` a group on CPU runs the forwards in plain torch (``proposer/backends/fast_logprobs.py``: the same
+function as transformers', its padding never computed, ~1/5 less time per step) where the model's layout allows.
 
 Policy movement, logged by ``step()`` when ``movement`` (one extra forward without gradients): ``policy_kl`` (mean over the
 step's completion tokens of r log r - r + 1, r = pi_new / pi_old: a non-negative importance estimate of
@@ -309,16 +310,50 @@ class PolicyTrainer:
             sums["beh_tokens"] += n
         return w
 
-    def step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        cfg = self.cfg
+    def _fitted(self, samples: Sequence[TrainSample]) -> list[tuple[TrainSample, bool]]:
+        """The samples a step learns from (each with whether it was truncated), after checking them."""
         for i, s in enumerate(samples):
             if s.behaviour_logprobs is not None and len(s.behaviour_logprobs) != len(s.completion_ids):
                 raise ValueError(f"sample {i}: {len(s.behaviour_logprobs)} behaviour log-probs for "
                                  f"{len(s.completion_ids)} completion tokens")
             if not math.isfinite(s.advantage):
                 raise ValueError(f"sample {i}: advantage is {s.advantage}")
-        fitted = [truncate_sample(s, cfg.max_seq_len) for s in samples if len(s.completion_ids) > 0]
-        samples = [s for s, _ in fitted]  # nothing to learn from an empty completion
+        # nothing to learn from an empty completion
+        return [truncate_sample(s, self.cfg.max_seq_len) for s in samples if len(s.completion_ids) > 0]
+
+    def reference(self, samples: Sequence[TrainSample]) -> list[list[torch.Tensor]] | None:
+        """The reference log-probs ``step(samples)`` would compute, per micro-batch of its plan (None without a
+        KL term). The reference never changes, so a caller with a core to spare takes them ahead of the step and
+        passes them as ``step(samples, refs=...)``: the campaign's loop, while its learner process is busy
+        (evolve/training/campaign.py). Same function, same inputs: the same bits as the step's own."""
+        if not self.uses_kl:
+            return None
+        plan = self._split([s for s, _ in self._fitted(samples)])
+        if not plan:
+            return None
+        was_training = self.model.training
+        self.model.train()  # as in step()
+        try:
+            with torch.no_grad():
+                return [[self._ref_logprobs(mc) for mc in mb] for mb in plan]
+        finally:
+            self.model.train(was_training)
+
+    @staticmethod
+    def _check_refs(plan: list[list[list[TrainSample]]], refs: Any) -> None:
+        shapes = [[(len(mc), max(len(s.completion_ids) for s in mc)) for mc in mb] for mb in plan]
+        try:
+            got = [[tuple(r.shape) for r in mb] for mb in refs]
+        except (TypeError, AttributeError):
+            got = None
+        if got != shapes:
+            raise ValueError(f"reference log-probs of shapes {got} for a step of {shapes}: taken for other samples")
+
+    def step(self, samples: Sequence[TrainSample], refs: list[list[torch.Tensor]] | None = None) -> dict[str, float]:
+        """One update on ``samples``; ``refs``: ``reference(samples)``, taken ahead (default: computed here)."""
+        cfg = self.cfg
+        fitted = self._fitted(samples)
+        samples = [s for s, _ in fitted]
         n_tokens = sum(len(s.completion_ids) for s in samples)
         stats = dict(loss=0.0, pg_loss=0.0, kl=0.0, clip_frac=0.0, mean_ratio=0.0, grad_norm=0.0, policy_kl=0.0,
                      mean_abs_dlogp=0.0, greedy_changed=0.0,
@@ -332,6 +367,8 @@ class PolicyTrainer:
         self.model.train()  # dropout is off (disable_dropout); train mode keeps gradient checkpointing on
         try:
             plan = self._split(samples)
+            if refs is not None and self.uses_kl:
+                self._check_refs(plan, refs)
             lean = cfg.lean and cfg.epochs == 1 and len(plan) == 1
             beh = dict(gap=0.0, gap_abs=0.0, is_truncated=0.0, beh_tokens=0.0, n_missing_behaviour=0.0)
             with torch.no_grad():
@@ -346,7 +383,8 @@ class PolicyTrainer:
                     del probes
                     weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)]
                                for mb, olds in zip(plan, old)]
-                refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
+                if refs is None or not self.uses_kl:
+                    refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
             n_toks = [float(sum(len(s.completion_ids) for chunk in mb for s in chunk)) for mb in plan]
 
             def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:

@@ -41,7 +41,8 @@ def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 def test_steps_in_the_process_leave_the_trainer_bit_for_bit_as_steps_on_the_thread():
     """Four steps each way, the third taken by the campaign itself (so the fourth request must carry the moved
-    state): the same statistics and the same weights and optimizer state, bit for bit."""
+    state), the last with its reference log-probs taken here (they cross the pipe): the same statistics and the
+    same weights and optimizer state, bit for bit."""
     a, b = _trainer(), _trainer()
     assert learner_process.available(b)
     torch.set_num_threads(2)
@@ -56,7 +57,7 @@ def test_steps_in_the_process_leave_the_trainer_bit_for_bit_as_steps_on_the_thre
             if i == 2:  # a step the campaign takes in its own process (a resume's redone step)
                 sb = b.step(samples)
             else:
-                sb = proc.step(b, samples)
+                sb = proc.step(b, samples, refs=b.reference(samples) if i == 3 else None)
             assert sa == sb, i
             assert _same(_state(a), _state(b)), i
             assert a.version == b.version == i + 1

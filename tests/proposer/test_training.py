@@ -306,3 +306,34 @@ def test_several_minibatches_take_the_general_path():
     assert sa["n_updates"] == sb["n_updates"] == 2.0
     assert sa["mean_ratio"] == sb["mean_ratio"] != pytest.approx(1.0, abs=1e-9)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("minibatch, micro", [(8, 0), (4, 3)])
+def test_reference_taken_ahead_gives_the_same_step(minibatch, micro):
+    """``reference(samples)`` taken on another trainer of the same model (as the campaign's loop takes it while its
+    learner process steps), then ``step(samples, refs=...)``: the same statistics and weights, bit for bit, lean and
+    general (several minibatches and micro-batches); refs for other samples are a one-line error that loses
+    nothing; without a KL term there is nothing to take."""
+    from tests.proposer.trainer_helpers import lora_trainer
+
+    def make():
+        tr = lora_trainer()
+        tr.cfg.minibatch, tr.cfg.micro_batch = minibatch, micro
+        return tr
+
+    a, b, c = make(), make(), make()
+    samples = _group(model=a.model) + [TrainSample([1, 2], [], None, 0.5)]  # an empty completion is dropped
+    for _ in range(2):
+        refs = c.reference(samples)  # c never steps: the reference is the base model, whatever the adapter
+        assert [len(mb) for mb in refs] == [len(mb) for mb in a._split(samples[:8])]
+        assert a.step(samples) == b.step(samples, refs=refs)
+        assert all(torch.equal(p, q) for p, q in zip(a.params, b.params))
+    shifted = [[r + 1.0 for r in mb] for mb in refs]  # the refs given are the ones used
+    assert make().step(samples, refs=shifted)["kl"] != make().step(samples)["kl"]
+    before = [p.detach().clone() for p in b.params]
+    with pytest.raises(ValueError, match="reference log-probs of shapes .* taken for other samples") as e:
+        b.step(samples[:5], refs=refs)
+    assert "\n" not in str(e.value)
+    assert all(torch.equal(p, q) for p, q in zip(before, b.params))
+    c.cfg.kl_beta = 0.0
+    assert c.reference(samples) is None

@@ -195,13 +195,14 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path)
 
 
 _COUNT_PROCESS_STEPS = """
-import json, sys
+import json, sys, time
 from proposer.training import learner_process as lp
 calls = []
 step = lp.LearnerProcess.step
-def counted(self, trainer, samples):
-    calls.append(self.proc.pid)
-    return step(self, trainer, samples)
+def counted(self, trainer, samples, refs=None):
+    calls.append((self.proc.pid, refs is not None))
+    time.sleep({delay})  # a learner slower than the loop: the loop's next commit finds the step still running
+    return step(self, trainer, samples, refs=refs)
 lp.LearnerProcess.step = counted
 from evolve.cli import main
 rc = main(["run", {cfg!r}, "--out", {out!r}, "--quiet"])
@@ -212,22 +213,24 @@ sys.exit(rc)
 
 def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
     """train.learner process (the default) and thread: the same steps, statistics, samples, final weights and
-    export, bit for bit; and the process run really stepped in its forked child, one child for the run."""
+    export, bit for bit; and the process run really stepped in its forked child, one child for the run, the loop
+    taking the reference log-probs of most steps ahead (its learner held back so that the loop finds it busy)."""
     runs = {}
     for learner in ("process", "thread"):
         cfg = _cfg(tmp_path, f"  every: 1\n  batch: 1\n  probe_every: 4\n  probe_problems: 2\n  learner: {learner}\n")
         cfg = cfg.rename(tmp_path / f"{learner}.yaml")
         runs[learner] = run = tmp_path / learner
         count = tmp_path / f"{learner}.json"
-        code = _COUNT_PROCESS_STEPS.format(cfg=str(cfg), out=str(run), count=str(count))
+        code = _COUNT_PROCESS_STEPS.format(cfg=str(cfg), out=str(run), count=str(count), delay=1.0)
         p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
                            capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stderr[-2000:]
-        pids = json.loads(count.read_text())
+        calls = json.loads(count.read_text())
         if learner == "process":
-            assert len(pids) == 8 and len(set(pids)) == 1  # every step, in one child
+            assert len(calls) == 8 and len({pid for pid, _ in calls}) == 1  # every step, in one child
+            assert not calls[0][1] and sum(ahead for _, ahead in calls) >= 5, calls  # the first has no step before
         else:
-            assert pids == []
+            assert calls == []
     ref, run = runs["thread"], runs["process"]
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         def key(r):

@@ -94,6 +94,19 @@ def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
     trainer.load_state_dict(s)
 
 
+def _keep_freed_memory() -> None:
+    """glibc: serve every allocation below 1 GiB from the heap and never give it back. A step allocates and frees
+    the same large blocks each time; by default glibc maps and unmaps them, ~7,000 page faults a step (100
+    iterations of `pbe-hard-heldout` at G = 8: the child's steps 51.8 s, 48.3 s of CPU; with this 49.1 s, 45.5 s,
+    ~2 faults a step). The child's heap then stays at one step's peak."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def _serve(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int) -> None:
     """The child: serve requests until told to stop or the parent is gone. It always leaves by ``os._exit``: no
     exit handler of the campaign's (its archive, its buffered output) may run twice."""
@@ -112,6 +125,7 @@ def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int
     if os.getppid() != parent:  # the parent died before the signal was set
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _keep_freed_memory()
     while True:
         try:
             msg = conn.recv()

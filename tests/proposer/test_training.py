@@ -308,12 +308,12 @@ def test_several_minibatches_take_the_general_path():
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
-@pytest.mark.parametrize("minibatch, micro", [(8, 0), (4, 3)])
-def test_reference_taken_ahead_gives_the_same_step(minibatch, micro):
+@pytest.mark.parametrize("minibatch, micro, groups", [(8, 0, 1), (16, 0, 2), (4, 3, 1)])
+def test_reference_taken_ahead_gives_the_same_step(minibatch, micro, groups):
     """``reference(samples)`` taken on another trainer of the same model (as the campaign's loop takes it while its
     learner process steps), then ``step(samples, refs=...)``: the same statistics and weights, bit for bit, lean and
-    general (several minibatches and micro-batches); refs for other samples are a one-line error that loses
-    nothing; without a KL term there is nothing to take."""
+    general (several minibatches and micro-batches), one group or two (two prompts: the step's general forward);
+    refs for other samples are a one-line error that loses nothing; without a KL term there is nothing to take."""
     from tests.proposer.trainer_helpers import lora_trainer
 
     def make():
@@ -322,10 +322,12 @@ def test_reference_taken_ahead_gives_the_same_step(minibatch, micro):
         return tr
 
     a, b, c = make(), make(), make()
-    samples = _group(model=a.model) + [TrainSample([1, 2], [], None, 0.5)]  # an empty completion is dropped
+    samples = [s for g in range(groups) for s in _group(seed=g, model=a.model)]
+    kept = list(samples)
+    samples.insert(3, TrainSample([1, 2], [], None, 0.5))  # an empty completion is dropped
     for _ in range(2):
         refs = c.reference(samples)  # c never steps: the reference is the base model, whatever the adapter
-        assert [len(mb) for mb in refs] == [len(mb) for mb in a._split(samples[:8])]
+        assert [len(mb) for mb in refs] == [len(mb) for mb in a._split(kept)]
         assert a.step(samples) == b.step(samples, refs=refs)
         assert all(torch.equal(p, q) for p, q in zip(a.params, b.params))
     shifted = [[r + 1.0 for r in mb] for mb in refs]  # the refs given are the ones used

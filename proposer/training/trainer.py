@@ -334,10 +334,14 @@ class PolicyTrainer:
         was_training = self.model.training
         self.model.train()  # as in step()
         try:
-            with torch.no_grad():
-                return [[self._ref_logprobs(mc) for mc in mb] for mb in plan]
+            return self._refs(plan)
         finally:
             self.model.train(was_training)
+
+    @torch.no_grad()
+    def _refs(self, plan: list[list[list[TrainSample]]]) -> list[list[torch.Tensor | None]]:
+        """The reference log-probs of each micro-batch of ``plan`` (None each without a KL term)."""
+        return [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
 
     @staticmethod
     def _check_refs(plan: list[list[list[TrainSample]]], refs: Any) -> None:
@@ -352,6 +356,7 @@ class PolicyTrainer:
     def step(self, samples: Sequence[TrainSample], refs: list[list[torch.Tensor]] | None = None) -> dict[str, float]:
         """One update on ``samples``; ``refs``: ``reference(samples)``, taken ahead (default: computed here)."""
         cfg = self.cfg
+        refs = refs if self.uses_kl else None  # without a KL term there is no reference to use
         fitted = self._fitted(samples)
         samples = [s for s, _ in fitted]
         n_tokens = sum(len(s.completion_ids) for s in samples)
@@ -367,7 +372,7 @@ class PolicyTrainer:
         self.model.train()  # dropout is off (disable_dropout); train mode keeps gradient checkpointing on
         try:
             plan = self._split(samples)
-            if refs is not None and self.uses_kl:
+            if refs is not None:
                 self._check_refs(plan, refs)
             lean = cfg.lean and cfg.epochs == 1 and len(plan) == 1
             beh = dict(gap=0.0, gap_abs=0.0, is_truncated=0.0, beh_tokens=0.0, n_missing_behaviour=0.0)
@@ -383,8 +388,8 @@ class PolicyTrainer:
                     del probes
                     weights = [[self._is_weights(mc, o, beh) for mc, o in zip(mb, olds)]
                                for mb, olds in zip(plan, old)]
-                if refs is None or not self.uses_kl:
-                    refs = [[self._ref_logprobs(mc) if self.uses_kl else None for mc in mb] for mb in plan]
+                if refs is None:
+                    refs = self._refs(plan)
             n_toks = [float(sum(len(s.completion_ids) for chunk in mb for s in chunk)) for mb in plan]
 
             def chunk_loss(k: int, j: int, chunk: list[TrainSample]) -> tuple[torch.Tensor, dict[str, float]]:

@@ -7,6 +7,8 @@ the load average printed beside them.
     python bench/perf/learner_speed.py                       # sampling, step, FLOP limit (~2 min on 2 cores)
     python bench/perf/learner_speed.py --campaigns 30        # + 30-iteration campaigns: untrained, trained (overlapped
                                                         #   learner, the default) and trained in the loop
+    python bench/perf/learner_speed.py --campaigns 12 --campaigns-only --arms none,vpo --baseline HEAD^
+                                                        # + the trained arm of an older tree (`git archive`), interleaved
     python bench/perf/learner_speed.py --device cuda         # bench/checks/gpu_check.sh runs this on a GPU
 """
 from __future__ import annotations
@@ -15,8 +17,10 @@ import argparse
 import json
 import os
 import statistics
+import io
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -115,6 +119,18 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
 
+BASELINE = "vpo@baseline"  # the trained arm (vpo's flags) run by the tree of --baseline
+
+
+def git_tree(rev: str, dest: Path) -> Path:
+    """The files of revision ``rev`` of this repository (`git archive`), extracted into ``dest``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
 def decode_steps(run_dir: Path) -> int:
     """The run's decode steps: per group, its longest completion (the sampler steps until the last row of a
     call is done), so generation seconds per decode step compare arms whose policies write different lengths."""
@@ -128,11 +144,12 @@ def decode_steps(run_dir: Path) -> int:
         arch.close()
 
 
-def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None = None) -> dict:
+def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None = None,
+              baseline: Path | None = None) -> dict:
     """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
     overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
     G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`); ``arms``: a
-    subset of ARMS."""
+    subset of ARMS, and ``BASELINE`` with ``baseline`` (an older tree, which runs vpo's flags)."""
     vevo = str(Path(sys.executable).parent / "vevo")
     arms = arms or list(ARMS)
     walls: dict[str, list[float]] = {k: [] for k in arms}
@@ -142,12 +159,16 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for arm in arms:
-                flags = ARMS[arm]
+                old = arm == BASELINE
+                flags = ARMS["vpo" if old else arm]
                 out = Path(tmp) / f"{arm}-{r}"
+                cmd = [sys.executable, "-m", "evolve.cli"] if old else [vevo]
                 t = time.perf_counter()
-                run = subprocess.run([vevo, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
+                run = subprocess.run([*cmd, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
                                       str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
-                                      *flags, "--out", str(out), "--quiet"], capture_output=True, text=True)
+                                      *flags, "--out", str(out), "--quiet"], capture_output=True, text=True,
+                                     cwd=baseline if old else None,
+                                     env=dict(os.environ, PYTHONPATH=str(baseline)) if old else None)
                 commands[arm].append(time.perf_counter() - t)
                 if run.returncode:  # the run's own summary is not wanted here, its error is
                     sys.exit(f"learner_speed: {arm} run {r} failed: {(run.stderr or run.stdout).strip()[-2000:]}")
@@ -169,6 +190,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
         out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
         out[f"decode_step_ratio_{k}"] = ms[k] / ms["none"] if ms.get("none") else None
     out["ratio"] = out.get("ratio_vpo")
+    if BASELINE in med and "vpo" in med:
+        out["ratio_vpo_to_baseline"] = med["vpo"] / med[BASELINE]
     return out
 
 
@@ -190,6 +213,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--arms", default=",".join(ARMS), help=f"campaign arms, comma-separated (of {', '.join(ARMS)}; "
                     "the ratios are to none, printed when it is among them)")
+    ap.add_argument("--baseline", default=None, help="a git revision: its tree's trained arm (vpo's flags) runs "
+                    "beside the others, interleaved, and the trained arm's ratio to it is printed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     arms = args.arms.split(",")
@@ -244,11 +269,14 @@ def main() -> None:
         print(f"the step's adapter snapshot: peft's save_pretrained {st['snapshot_peft_ms']:.1f} ms, save_lora "
               f"{st['snapshot_lean_ms']:.1f} ms (the same files but the model card)")
     if args.campaigns:
-        c = campaigns(args.campaigns, args.repeats, args.group, arms)
+        with tempfile.TemporaryDirectory() as tmp:
+            base = git_tree(args.baseline, Path(tmp) / "baseline") if args.baseline else None
+            c = campaigns(args.campaigns, args.repeats, args.group, arms + [BASELINE] * bool(base), base)
         res["campaigns"] = c
         names = {"none": "untrained", "vpo": "trained", "vpo_thread": "trained with the step on the learner thread",
                  "vpo_in_loop": "trained with the step in the loop",
-                 "vpo_transformers": "trained through transformers' forward"}
+                 "vpo_transformers": "trained through transformers' forward",
+                 BASELINE: f"trained by {args.baseline}"}
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))
         print(arms_line(c, "  the whole commands (start-up and exit included): ", "command_", "command_ratio_", "s"))
@@ -256,6 +284,8 @@ def main() -> None:
                         "decode_step_ratio_", "ms", spec=".2f"))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
+        if c.get("ratio_vpo_to_baseline") is not None:
+            print(f"  trained against {args.baseline}'s trained arm: {c['ratio_vpo_to_baseline']:.2f}x the wall")
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

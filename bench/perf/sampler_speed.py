@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 from pathlib import Path
 
@@ -99,12 +97,10 @@ def main() -> None:
         return
     rev = args.baseline or baseline_rev()
     print(f"load average before: {os.getloadavg()}; baseline {rev}")
+    from learner_speed import git_tree  # this script's folder is on sys.path
+
     with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "old"
-        old.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(old, filter="data")
+        old = git_tree(rev, Path(tmp) / "old")
         runs: dict[str, list[dict]] = {"old": [], "new": []}
         for _ in range(args.rounds):
             for name, tree in (("old", old), ("new", ROOT)):

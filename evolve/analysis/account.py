@@ -3,8 +3,8 @@
 Comparisons of proposers are only fair at a stated budget: equal evaluations (the x axis of the curves) or equal
 wall-clock time on the same machine (training costs time that an untrained arm spends searching). The campaign
 writes ``gen_seconds``, ``gen_tokens``, ``eval_seconds`` and the cumulative ``wall_seconds`` into every
-iteration's metrics, and ``train_seconds`` / ``probe_seconds`` into every training row; this module only adds
-them up, so a run's account can be read from its archive alone.
+iteration's metrics, and ``train_seconds`` / ``probe_seconds`` and the clock at publication (``wall_seconds``)
+into every training row; this module only adds them up, so a run's account can be read from its archive alone.
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ def account(metrics: Sequence[Any], training: Sequence[Any]) -> dict[str, float]
         return float(sum(float(r.data.get(k) or 0.0) for r in rows for k in keys
                          if isinstance(r.data.get(k), (int, float))))
 
-    wall = max((float(m.data["wall_seconds"]) for m in metrics
-                if isinstance(m.data.get("wall_seconds"), (int, float))), default=0.0)
+    # the last stamp: an iteration's, or a training step's published after the last iteration was recorded
+    wall = max((float(r.data["wall_seconds"]) for r in (*metrics, *training)
+                if isinstance(r.data.get("wall_seconds"), (int, float))), default=0.0)
     return {"wall_seconds": round(wall, 3),
             "gen_seconds": round(total(metrics, "gen_seconds"), 3),
             "gen_tokens": int(total(metrics, "gen_tokens")),

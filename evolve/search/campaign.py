@@ -206,6 +206,10 @@ class Campaign:
     def summary(self) -> dict:
         return summarize(self.archive)
 
+    def wall_seconds(self) -> float:
+        """The run's clock now: this start's time plus the earlier starts' (what each record stamps)."""
+        return round(time.monotonic() - self._clock[0] + self._clock[1], 3)
+
     def close(self) -> None:
         self.archive.close()
 
@@ -231,8 +235,12 @@ class Campaign:
         done = replay(self.archive, it, self.problems, pop.known, self.health, self.cfg.search.answers)
         pop.best, pop.baseline, pop.solved, pop.seeds = done.best, done.baseline, done.solved, done.seeds
         self.spent = budget.spent(self.archive.n_evaluations(), self.archive.metrics_rows())
-        if done.wall_seconds is not None:  # the clock continues where it stopped
-            self._clock = (self._clock[0], done.wall_seconds)
+        # the clock continues where it stopped: the last record's stamp, or a step published after it
+        stamps = [done.wall_seconds] + [r.data.get("wall_seconds") for r in self.archive.training_rows()
+                                        if r.step <= it]
+        stamps = [float(w) for w in stamps if isinstance(w, (int, float))]
+        if stamps:
+            self._clock = (self._clock[0], max(stamps))
         pop.restore(st, loop["next_key"])
         self.iteration = it
         if loop.get("backend") is not None and has(self.backend, STATE):
@@ -270,7 +278,7 @@ class Campaign:
 
     def _record(self, iteration: int, groups: list[GroupRecord], programs: list[ProgramRecord], metrics: dict,
                 pending: list[Batch], portfolio: PortfolioRecord | None = None) -> list[int]:
-        metrics["wall_seconds"] = round(time.monotonic() - self._clock[0] + self._clock[1], 3)
+        metrics["wall_seconds"] = self.wall_seconds()
         ids = self.archive.record_iteration(iteration, groups, programs, metrics, self._checkpoint(pending),
                                             portfolio)
         self.spent.add(len(ids), metrics)

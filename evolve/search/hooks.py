@@ -36,6 +36,10 @@ class CampaignView(Protocol):
     iteration: int     # the last committed iteration
     members: dict      # the proposers by name (a portfolio has several: a learner thread must not overlap them)
 
+    def wall_seconds(self) -> float:
+        """The run's wall clock now (the stamp every iteration's metrics carry)."""
+        ...
+
 
 @runtime_checkable
 class TrainerHook(Protocol):

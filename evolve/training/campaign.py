@@ -459,6 +459,9 @@ class CampaignTrainer:
         self._publish(snap)
         if self._probe_due(stats) and "probe_seconds" not in stats:  # probes sample the published policy
             stats.update(self._probe(camp))
+        # the clock when the step was published: the last step is published after the last iteration's record
+        # (a step drained at the run's end, or one taken after the last commit), and the run's wall includes it
+        stats["wall_seconds"] = camp.wall_seconds()
         camp.archive.record_training(iteration, self.version, stats)
         camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
                             f"{time.monotonic() - self._t0:.1f}s:", kind="training",

@@ -20,8 +20,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# -X faulthandler: a crash after the last test (at the interpreter's exit) still prints every thread's stack
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -X faulthandler -m pytest -q
 
 test-vllm:
 	scripts/vllm_ci.sh

@@ -101,7 +101,8 @@ def test_synthetic_archive_looks_like_a_campaigns_and_resumes(tmp_path):
         assert len(a.portfolio_rows()) == iters
     r = archive_scale.run_resumed(run, 20, 1, 3)
     assert r["iterations"] == 20 and len(r["ms"]) == len(r["cpu_ms"]) == 20
-    assert r["restore_s"] > 0 and r["rss_end"] >= r["rss_base"] > 0
+    # the peak (VmHWM) never falls; the RSS itself may, as the process frees memory the tests before it used
+    assert r["restore_s"] > 0 and r["rss_peak"] >= r["rss_base"] > 0 and r["rss_end"] > 0
     with Archive(run / "archive.db", readonly=True) as a:
         assert a.count_programs() == info["programs"] + 20 * per  # every proposal was new
         assert a.last_iteration() == iters + 20

@@ -247,9 +247,18 @@ class CampaignTrainer:
 
     def __call__(self, camp: CampaignView, iteration: int) -> None:
         ahead = self._reference_ahead(camp, iteration)
-        self.join(camp)  # a step started at an earlier commit is published now, before anything else is prepared
+        last = self._wait()  # the step started at an earlier commit: finished, counted, not yet published
+        if last is not None and not (self._process is not None and self.due(iteration) and self._overlaps(camp)
+                                     and ("probe_seconds" in last.stats or not self._probe_due(last.stats))):
+            self._settle(camp, last)  # published before anything else is prepared
+            last = None
         if self.due(iteration):
-            self.train(camp, iteration, background=self._overlaps(camp), ahead=ahead)
+            # with the learner process, `train` sends the next step before it publishes the last one (its
+            # snapshot, ~20 ms, and its row): the child needs nothing of them, and this process's copy of the
+            # trainer keeps the last step's state until the next reply, which waits for the publication
+            self.train(camp, iteration, background=self._overlaps(camp), ahead=ahead, last=last)
+        elif last is not None:
+            self._settle(camp, last)
 
     def _reference_ahead(self, camp: CampaignView, iteration: int) -> _Ahead | None:
         """The reference log-probs of the step due now, taken by the loop while the learner process still runs
@@ -296,9 +305,15 @@ class CampaignTrainer:
 
     def join(self, camp: CampaignView) -> None:
         """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
+        f = self._wait()
+        if f is not None:
+            self._settle(camp, f)
+
+    def _wait(self) -> _Flight | None:
+        """Wait for the step on the learner thread and count it (its policy is the current one from now on)."""
         f, self._flight = self._flight, None
         if f is None:
-            return
+            return None
         t = time.monotonic()
         f.thread.join()
         self.backend.unpin_sampling()
@@ -308,7 +323,11 @@ class CampaignTrainer:
         f.stats["train_wait_seconds"] = round(time.monotonic() - t, 4)  # what the loop waited for it
         self._step_seconds = f.step_seconds
         self.version += 1
-        self._finish(camp, f.iteration, f.stats, step_seconds=f.seconds)
+        return f
+
+    def _settle(self, camp: CampaignView, f: _Flight) -> None:
+        """Publish a step `_wait` returned (snapshot, probes, row)."""
+        self._finish(camp, f.iteration, f.stats, step_seconds=f.seconds, t0=f.t0)
 
     def _groups(self, archive: Archive, iteration: int) -> list[GroupRow]:
         """The replay buffer's pick (recent groups plus a seeded mix of older ones) from the groups committed
@@ -365,10 +384,30 @@ class CampaignTrainer:
                            rng=np.random.default_rng([self.cfg.seed, iteration]))
 
     def train(self, camp: CampaignView, iteration: int, background: bool = False,
-              ahead: _Ahead | None = None) -> dict[str, Any] | None:
+              ahead: _Ahead | None = None, last: _Flight | None = None) -> dict[str, Any] | None:
         """The step due at ``iteration``; ``background``: its update runs on the learner thread (`join`
         finishes it), where the backend can pin the published policy for sampling meanwhile. ``ahead``: its
-        reference log-probs, taken while the last step ran (`_reference_ahead`)."""
+        reference log-probs, taken while the last step ran (`_reference_ahead`). ``last``: the step before,
+        waited for but not yet published: published once this one is sent to the learner process, else before
+        this one records anything."""
+        gate = threading.Event()
+
+        def settle() -> None:
+            nonlocal last
+            f, last = last, None
+            try:
+                if f is not None:
+                    self._settle(camp, f)
+            finally:
+                gate.set()
+
+        try:
+            return self._train(camp, iteration, background, ahead, gate, settle)
+        finally:
+            settle()
+
+    def _train(self, camp: CampaignView, iteration: int, background: bool, ahead: _Ahead | None,
+               gate: threading.Event, settle: Any) -> dict[str, Any] | None:
         groups = self._groups(camp.archive, iteration)
         if not groups:
             return None
@@ -381,10 +420,12 @@ class CampaignTrainer:
         raw_mats, gids, comps = flatten_groups(groups)
         if self.step_algo is not None and self.step_algo.covrl_due(iteration, self.cfg.train.every,
                                                                    self.cfg.train.covrl.share):
+            settle()
             return self._train_covrl(camp, iteration, groups, raw_mats, comps)
         try:
             prepared = self._samples(camp, iteration, groups, raw_mats, gids, comps)
         except ValueError as e:  # bad training input never stops the campaign
+            settle()
             camp.archive.record_training(iteration, self.version, {"skipped": str(e)})
             camp.reporter.event(f"training step skipped at iteration {iteration}: {e}", kind="training",
                                 data={"iteration": iteration, "skipped": str(e)})
@@ -409,9 +450,11 @@ class CampaignTrainer:
                     if ahead is not None and ahead.iteration == iteration and ahead.key == _key(samples):
                         refs, prep = ahead.refs, prep + ahead.seconds
                         stats["reference_ahead_seconds"] = round(ahead.seconds, 4)
-                    step = partial(self._process.step, self.trainer, refs=refs)
-                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend)
+                    step = partial(self._process.step, self.trainer, refs=refs, gate=gate)
+                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend, gate,
+                                       self._t0)
                 return None
+        settle()
         if background and self.version == 0:  # the learner thread was not used after all: the baseline here
             self._before = self._baseline(camp)
         if samples:
@@ -447,13 +490,15 @@ class CampaignTrainer:
             self.version += 1
         return self._finish(camp, iteration, stats)
 
-    def _finish(self, camp: CampaignView, iteration: int, stats: dict[str, Any], step_seconds: float | None = None) -> dict[str, Any]:
+    def _finish(self, camp: CampaignView, iteration: int, stats: dict[str, Any], step_seconds: float | None = None,
+                t0: float | None = None) -> dict[str, Any]:
         """Probes, snapshot, publish, and the archive row of a step (``step_seconds``: its cost when it ran on
-        the learner thread)."""
+        the learner thread; ``t0``: when its preparation began, default the last `train`'s)."""
+        t0 = self._t0 if t0 is None else t0
         stats.update(self._before)
         # the step's own cost (choosing groups, advantages, the update), without probes or snapshot: evolve/analysis/account.py adds them apart
         stats["train_seconds"] = round(step_seconds if step_seconds is not None else
-                                       time.monotonic() - self._t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
+                                       time.monotonic() - t0 - float(self._before.get("probe_seconds_before", 0.0)), 4)
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
@@ -464,7 +509,7 @@ class CampaignTrainer:
         stats["wall_seconds"] = camp.wall_seconds()
         camp.archive.record_training(iteration, self.version, stats)
         camp.reporter.event(f"trained step {self.version} at iteration {iteration} in "
-                            f"{time.monotonic() - self._t0:.1f}s:", kind="training",
+                            f"{time.monotonic() - t0:.1f}s:", kind="training",
                             data={"iteration": iteration, "step": self.version, **stats},
                             **training_fields(stats))
         return stats
@@ -491,8 +536,10 @@ class _Flight:
     cost (``seconds``: the preparation in the loop plus the step; probes count apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
-                 before: Any, probe: Any, backend: Any) -> None:
+                 before: Any, probe: Any, backend: Any, gate: threading.Event, prep_started: float) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
+        self.gate = gate  # open once the step before is published (a learner process's reply waits for it)
+        self.t0 = prep_started
         self.started, self.step_seconds = time.monotonic(), 0.0  # step_seconds: the step's own, as it ran
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None

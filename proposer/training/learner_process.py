@@ -168,8 +168,9 @@ class LearnerProcess:
         self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
         self._lock = threading.Lock()  # one request at a time: the learner thread and the baseline probe's share it
 
-    def _request(self, trainer: Any, kind: str, payload: tuple) -> Any:
-        """Send one request with the trainer's state if the child's is not the same, and take its reply."""
+    def _request(self, trainer: Any, kind: str, payload: tuple, gate: threading.Event | None = None) -> Any:
+        """Send one request with the trainer's state if the child's is not the same, and take its reply; its new
+        state goes into ``trainer`` once ``gate`` is open (the caller may read the old one until then)."""
         with self._lock:
             state = trainer_state(trainer) if trainer.version != self.version else None
             try:
@@ -183,13 +184,18 @@ class LearnerProcess:
                 self.version = None
                 raise TrainingError(f"learner process: {out}")
             if new is not None:
+                if gate is not None:
+                    gate.wait()
                 load_trainer_state(trainer, new)
             self.version = trainer.version
             return out
 
-    def step(self, trainer: Any, samples: Sequence[Any], refs: Any = None) -> dict[str, float]:
-        """``trainer.step(samples, refs)`` taken in the child; ``trainer`` ends in the state the child's step left."""
-        return self._request(trainer, "step", (trainer.cfg.movement, list(samples), _numpy(refs)))
+    def step(self, trainer: Any, samples: Sequence[Any], refs: Any = None,
+             gate: threading.Event | None = None) -> dict[str, float]:
+        """``trainer.step(samples, refs)`` taken in the child; ``trainer`` ends in the state the child's step left,
+        loaded once ``gate`` (if any) is open: until then this process may still read the state before the step
+        (the campaign saves the last step's snapshot while the child runs the next)."""
+        return self._request(trainer, "step", (trainer.cfg.movement, list(samples), _numpy(refs)), gate)
 
     def generate(self, trainer: Any, prompts: list[str], n: int, sampling: Any) -> list:
         """``backend.generate`` in the child, on the policy ``trainer`` holds."""

@@ -150,25 +150,31 @@ def assert_same_policy(ref: Path, run: Path) -> None:
 _KILL_IN_JOIN = """
 import os, sys
 from evolve.training import campaign as ct
-join = ct.CampaignTrainer.join
-def killing_join(self, camp):
+wait, settle = ct.CampaignTrainer._wait, ct.CampaignTrainer._settle
+def killing_wait(self):
     f = self._flight
-    if f is not None and f.iteration == {at}:
+    if {where!r} == "wait" and f is not None and f.iteration == {at}:
         os._exit(9)  # the archive has committed iteration {at} + 1; the step started at {at} never published
-    return join(self, camp)
-ct.CampaignTrainer.join = killing_join
+    return wait(self)
+def killing_settle(self, camp, f):
+    if {where!r} == "settle" and f.iteration == {at}:
+        os._exit(9)  # the step at {at} is done and the next one sent to the learner process, but not published
+    return settle(self, camp, f)
+ct.CampaignTrainer._wait, ct.CampaignTrainer._settle = killing_wait, killing_settle
 from evolve.cli import main
 sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
 """
 
 
-def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path):
-    """The kill the learner thread adds: after iteration d + 1 is committed, before the step started at d is
-    joined. Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
+@pytest.mark.parametrize("where", ["wait", "settle"])
+def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path, where):
+    """The kills the learner thread adds: after iteration d + 1 is committed, before the step started at d is
+    waited for ("wait"), or once it is done and the next step sent to the learner process, before it is published
+    ("settle"). Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
     cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
-    code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run))
+    code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run), where=where)
     p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 9, p.stderr[-2000:]
@@ -199,10 +205,16 @@ import json, sys, time
 from proposer.training import learner_process as lp
 calls = []
 step = lp.LearnerProcess.step
-def counted(self, trainer, samples, refs=None):
+from evolve.training import campaign as ct
+settle = ct.CampaignTrainer._settle
+def recorded(self, camp, f):  # published: whether the next step was launched before this one was published
+    calls.append(("published", f.iteration, self._flight is not None and self._flight.iteration > f.iteration))
+    return settle(self, camp, f)
+ct.CampaignTrainer._settle = recorded
+def counted(self, trainer, samples, refs=None, gate=None):
     calls.append((self.proc.pid, refs is not None))
     time.sleep({delay})  # a learner slower than the loop: the loop's next commit finds the step still running
-    return step(self, trainer, samples, refs=refs)
+    return step(self, trainer, samples, refs=refs, gate=gate)
 lp.LearnerProcess.step = counted
 from evolve.cli import main
 rc = main(["run", {cfg!r}, "--out", {out!r}, "--quiet"])
@@ -226,11 +238,15 @@ def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
                            capture_output=True, text=True, timeout=900)
         assert p.returncode == 0, p.stderr[-2000:]
         calls = json.loads(count.read_text())
+        settled = [c[1:] for c in calls if c[0] == "published"]
+        calls = [c for c in calls if c[0] != "published"]
         if learner == "process":
             assert len(calls) == 8 and len({pid for pid, _ in calls}) == 1  # every step, in one child
             assert not calls[0][1] and sum(ahead for _, ahead in calls) >= 5, calls  # the first has no step before
+            # each step but the last published after the next one was sent to the child (the last at the end)
+            assert settled == [[it, it < 8] for it in range(1, 9)], settled
         else:
-            assert calls == []
+            assert calls == [] and settled == [[it, False] for it in range(1, 9)], settled
     ref, run = runs["thread"], runs["process"]
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         def key(r):

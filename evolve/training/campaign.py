@@ -301,7 +301,7 @@ class CampaignTrainer:
         """Whether steps run on the learner thread (see the module docstring for when that applies)."""
         return bool(self.cfg.train.overlap and self.cfg.train.lora and self.learner is self.backend
                     and self.covrl is None and len(camp.members) <= 1
-                    and method(self.backend, "pin_sampling") is not None)
+                    and all(method(self.backend, m) is not None for m in ("pinnable", "pin_sampling")))
 
     def join(self, camp: CampaignView) -> None:
         """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
@@ -437,7 +437,9 @@ class CampaignTrainer:
         stats.update(staleness(self.version, [c.policy_version for c in comps]))
         if samples:
             self.trainer.cfg.movement = movement_due(self.cfg, self.version)
-            if background and self.backend.pin_sampling():
+            if background and self.backend.pinnable():
+                if self._process is None:  # the learner thread changes the live weights from its first update
+                    self.backend.pin_sampling()
                 before = partial(self._baseline, camp, True) if self.version == 0 else None
                 probe = None
                 if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
@@ -453,6 +455,8 @@ class CampaignTrainer:
                     step = partial(self._process.step, self.trainer, refs=refs, gate=gate)
                 self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend, gate,
                                        self._t0)
+                if self._process is not None:  # beside the child's step: the weights here change only at the gate
+                    self.backend.pin_sampling()
                 return None
         settle()
         if background and self.version == 0:  # the learner thread was not used after all: the baseline here

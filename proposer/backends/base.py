@@ -59,11 +59,12 @@ OPTIONAL: dict[str, Any] = {
 # Optional methods, looked up with `method` (None where a backend has none):
 #   encode_prompt(prompt, max_tokens) -> (ids, dropped)  local backends: CoVRL builds its own prompts' ids
 #   sleep(), wake_up()          free / retake an engine's accelerator memory while a separate learner steps (vllm)
-#   pin_sampling() -> bool, unpin_sampling(), live_sampling() (a context manager)   hf (train.overlap): sample a
-#       pinned snapshot of the policy while a trainer updates the live model on another thread; pin_sampling
-#       returns False where nothing was pinned, live_sampling lets one thread (the learner's probe) sample the
-#       live model meanwhile
-OPTIONAL_METHODS = frozenset({"encode_prompt", "sleep", "wake_up", "pin_sampling", "unpin_sampling", "live_sampling"})
+#   pinnable() -> bool, pin_sampling() -> bool, unpin_sampling(), live_sampling() (a context manager)   hf
+#       (train.overlap): sample a pinned snapshot of the policy while a trainer updates the live model on another
+#       thread; pinnable says whether pin_sampling would pin (without pinning), pin_sampling returns False where
+#       nothing was pinned, live_sampling lets one thread (the learner's probe) sample the live model meanwhile
+OPTIONAL_METHODS = frozenset({"encode_prompt", "sleep", "wake_up", "pinnable", "pin_sampling", "unpin_sampling",
+                              "live_sampling"})
 
 
 def optional(backend: object, name: str) -> Any:

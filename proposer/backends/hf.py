@@ -164,11 +164,15 @@ class HFBackend(AdapterState):
         """Publish a policy version: completions from now on record it."""
         self.policy_version = int(v)
 
+    def pinnable(self) -> bool:
+        """Whether `pin_sampling` pins: not where sampling reads the live model anyway (the general loop, or a
+        rescore pass)."""
+        return bool(self.fast_sampler and not self.rescore and _fast.supports(self._model))
+
     def pin_sampling(self) -> bool:
         """Snapshot the policy as it is now and sample only from it until `unpin_sampling`, so a trainer may
-        update the live model on another thread meanwhile. False (nothing pinned) where sampling reads the live
-        model anyway: the general loop, or a rescore pass."""
-        if not (self.fast_sampler and not self.rescore and _fast.supports(self._model)):
+        update the live model on another thread meanwhile. False (nothing pinned) where `pinnable` is not."""
+        if not self.pinnable():
             return False
         with torch.no_grad():
             self._pinned = _fast.Weights(self._model)

@@ -137,14 +137,20 @@ def test_killed_training_campaign_resumes_same_policy_and_optimizer(tmp_path, sc
     assert_same_policy(ref, run)
 
 
-def assert_same_policy(ref: Path, run: Path) -> None:
-    """The final trained weights of two runs are bit for bit the same."""
-    def weights(r: Path) -> dict:
-        snap = json.loads((r / "trainer" / "state.json").read_text())["snapshot"]
+def assert_same_policy(ref: Path, run: Path, every_snapshot: bool = False) -> None:
+    """The final trained weights of two runs are bit for bit the same (``every_snapshot``: and every snapshot
+    both runs kept, by name)."""
+    def weights(r: Path, snap: str) -> dict:
         return torch.load(r / "trainer" / snap / "weights.pt", weights_only=True)
-    wa, wb = weights(ref), weights(run)
-    assert wa.keys() == wb.keys() and wa
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    snaps = [json.loads((ref / "trainer" / "state.json").read_text())["snapshot"]]
+    if every_snapshot:
+        snaps = sorted(p.name for p in (ref / "trainer").glob("step-*") if not p.name.endswith(".tmp"))
+        assert snaps == sorted(p.name for p in (run / "trainer").glob("step-*") if not p.name.endswith(".tmp"))
+        assert len(snaps) == 2
+    for snap in snaps:
+        wa, wb = weights(ref, snap), weights(run, snap)
+        assert wa.keys() == wb.keys() and wa
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 _KILL_IN_JOIN = """
@@ -208,13 +214,17 @@ step = lp.LearnerProcess.step
 from evolve.training import campaign as ct
 settle = ct.CampaignTrainer._settle
 def recorded(self, camp, f):  # published: whether the next step was launched before this one was published
-    calls.append(("published", f.iteration, self._flight is not None and self._flight.iteration > f.iteration))
+    launched = self._flight is not None and self._flight.iteration > f.iteration
+    calls.append(("published", f.iteration, launched))
+    if launched:  # a slow publication: the next step's reply comes meanwhile, and must wait for it (the gate)
+        time.sleep({delay})
     return settle(self, camp, f)
 ct.CampaignTrainer._settle = recorded
 def counted(self, trainer, samples, refs=None, gate=None):
     calls.append((self.proc.pid, refs is not None))
+    out = step(self, trainer, samples, refs=refs, gate=gate)
     time.sleep({delay})  # a learner slower than the loop: the loop's next commit finds the step still running
-    return step(self, trainer, samples, refs=refs, gate=gate)
+    return out
 lp.LearnerProcess.step = counted
 from evolve.cli import main
 rc = main(["run", {cfg!r}, "--out", {out!r}, "--quiet"])
@@ -226,7 +236,9 @@ sys.exit(rc)
 def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
     """train.learner process (the default) and thread: the same steps, statistics, samples, final weights and
     export, bit for bit; and the process run really stepped in its forked child, one child for the run, the loop
-    taking the reference log-probs of most steps ahead (its learner held back so that the loop finds it busy)."""
+    taking the reference log-probs of most steps ahead (its learner held back so that the loop finds it busy), and
+    publishing each step after it sent the next (its publication held back, so that the next step's reply comes
+    first and must wait for it: the snapshot written meanwhile holds the step's own weights)."""
     runs = {}
     for learner in ("process", "thread"):
         cfg = _cfg(tmp_path, f"  every: 1\n  batch: 1\n  probe_every: 4\n  probe_problems: 2\n  learner: {learner}\n")
@@ -255,7 +267,7 @@ def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
         assert [key(r) for r in a.training_rows()] == [key(r) for r in b.training_rows()]
         assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
                [c.token_ids for g in b.recent_groups(100) for c in g.completions]
-    assert_same_policy(ref, run)
+    assert_same_policy(ref, run, every_snapshot=True)  # the one before the last was written as the last ran
     for r in (ref, run):
         vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))
     assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()

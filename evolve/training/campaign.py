@@ -248,6 +248,9 @@ class CampaignTrainer:
     def __call__(self, camp: CampaignView, iteration: int) -> None:
         ahead = self._reference_ahead(camp, iteration)
         last = self._wait()  # the step started at an earlier commit: finished, counted, not yet published
+        # published now unless the next step goes to the learner process; and where its publication would still
+        # probe (through the child, whose lock the next step holds until the publication: never, as its probe ran
+        # on the learner thread, but a deadlock if it did)
         if last is not None and not (self._process is not None and self.due(iteration) and self._overlaps(camp)
                                      and ("probe_seconds" in last.stats or not self._probe_due(last.stats))):
             self._settle(camp, last)  # published before anything else is prepared
@@ -453,8 +456,7 @@ class CampaignTrainer:
                         refs, prep = ahead.refs, prep + ahead.seconds
                         stats["reference_ahead_seconds"] = round(ahead.seconds, 4)
                     step = partial(self._process.step, self.trainer, refs=refs, gate=gate)
-                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend, gate,
-                                       self._t0)
+                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend, self._t0)
                 if self._process is not None:  # beside the child's step: the weights here change only at the gate
                     self.backend.pin_sampling()
                 return None
@@ -540,10 +542,9 @@ class _Flight:
     cost (``seconds``: the preparation in the loop plus the step; probes count apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
-                 before: Any, probe: Any, backend: Any, gate: threading.Event, prep_started: float) -> None:
+                 before: Any, probe: Any, backend: Any, prep_started: float) -> None:
         self.iteration, self.stats, self.seconds = iteration, stats, prep
-        self.gate = gate  # open once the step before is published (a learner process's reply waits for it)
-        self.t0 = prep_started
+        self.t0 = prep_started  # when the loop began preparing it (the progress line's time)
         self.started, self.step_seconds = time.monotonic(), 0.0  # step_seconds: the step's own, as it ran
         self.out: dict[str, Any] = {}
         self.error: BaseException | None = None

@@ -153,7 +153,7 @@ def assert_same_policy(ref: Path, run: Path, every_snapshot: bool = False) -> No
         assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-_KILL_IN_JOIN = """
+_KILL_BEFORE_PUBLISHED = """
 import os, sys
 from evolve.training import campaign as ct
 wait, settle = ct.CampaignTrainer._wait, ct.CampaignTrainer._settle
@@ -180,7 +180,7 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path,
     cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
-    code = _KILL_IN_JOIN.format(at=4, cfg=str(cfg), out=str(run), where=where)
+    code = _KILL_BEFORE_PUBLISHED.format(at=4, cfg=str(cfg), out=str(run), where=where)
     p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 9, p.stderr[-2000:]

@@ -14,10 +14,10 @@ the load average printed beside them.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
-import io
 import subprocess
 import sys
 import tarfile

@@ -260,8 +260,6 @@ class CampaignTrainer:
             # snapshot, ~20 ms, and its row): the child needs nothing of them, and this process's copy of the
             # trainer keeps the last step's state until the next reply, which waits for the publication
             self.train(camp, iteration, background=self._overlaps(camp), ahead=ahead, last=last)
-        elif last is not None:
-            self._settle(camp, last)
 
     def _reference_ahead(self, camp: CampaignView, iteration: int) -> _Ahead | None:
         """The reference log-probs of the step due now, taken by the loop while the learner process still runs

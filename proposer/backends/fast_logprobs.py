@@ -60,8 +60,8 @@ def _linear(x: torch.Tensor, lin: torch.nn.Module) -> torch.Tensor:
     y = F.linear(x, base.weight, base.bias)
     for name in active_adapters(lin):
         a, bs = lin.lora_A[name].weight, lin.lora_B[name].weight * lin.scaling[name]
-        if a.dtype == y.dtype:
-            y = torch.addmm(y, F.linear(x, a), bs.t())
+        if a.dtype == y.dtype:  # in place (the base product's backward does not read its output): no copy of y
+            y = y.addmm_(F.linear(x, a), bs.t())
         else:  # a low-precision base under an fp32 adapter: as peft, the adapter's product in its own dtype
             y = (y + F.linear(F.linear(x.to(a.dtype), a), bs)).to(y.dtype)
     return y

@@ -1,8 +1,9 @@
 """The learner's speed in one run: sampling (the general transformers loop vs the fast sampler), one training step
 (the general step vs the lean one), the machine's measured FLOP limit and memory limit (the bytes a decode step
 reads at the bandwidth one read of them gets), and optionally the wall time of a trained
-and an untrained campaign at the same G (from the runs' own compute account). Ratios, medians of --repeats,
-the load average printed beside them.
+and an untrained campaign at the same G (from the runs' own compute account), with the CPU seconds each command
+used and the floor they put under the trained wall (`cpu_bound`). Ratios, medians of --repeats, the load average
+printed beside them.
 
     python bench/perf/learner_speed.py                       # sampling, step, FLOP limit (~2 min on 2 cores)
     python bench/perf/learner_speed.py --campaigns 30        # + 30-iteration campaigns: untrained, trained (overlapped
@@ -17,6 +18,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -155,6 +157,7 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     walls: dict[str, list[float]] = {k: [] for k in arms}
     commands: dict[str, list[float]] = {k: [] for k in arms}  # the whole command: start-up and exit too
     step_ms: dict[str, list[float]] = {k: [] for k in arms}  # generation ms per decode step
+    cpu: dict[str, list[float]] = {k: [] for k in arms}  # CPU seconds of the command and every process it waited for
     accounts = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
@@ -163,13 +166,14 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
                 flags = ARMS["vpo" if old else arm]
                 out = Path(tmp) / f"{arm}-{r}"
                 cmd = [sys.executable, "-m", "evolve.cli"] if old else [vevo]
-                t = time.perf_counter()
+                t, used = time.perf_counter(), _children_cpu()
                 run = subprocess.run([*cmd, "run", "--suite", "pbe-hard-heldout", "--proposer", "tiny", "--iterations",
                                       str(iterations), "--group", str(group), "--answers", "4", "--seed", "0",
                                       *flags, "--out", str(out), "--quiet"], capture_output=True, text=True,
                                      cwd=baseline if old else None,
                                      env=dict(os.environ, PYTHONPATH=str(baseline)) if old else None)
                 commands[arm].append(time.perf_counter() - t)
+                cpu[arm].append(_children_cpu() - used)
                 if run.returncode:  # the run's own summary is not wanted here, its error is
                     sys.exit(f"learner_speed: {arm} run {r} failed: {(run.stderr or run.stdout).strip()[-2000:]}")
                 show = json.loads(subprocess.run([vevo, "runs", "show", str(out), "--json"], check=True,
@@ -182,17 +186,37 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     med = {k: statistics.median(v) for k, v in walls.items()}
     cmd = {k: statistics.median(v) for k, v in commands.items()}
     ms = {k: statistics.median(v) for k, v in step_ms.items()}
+    cpus = {k: statistics.median(v) for k, v in cpu.items()}
     out = {"iterations": iterations, "group": group, "walls": walls, "commands": commands, "accounts": accounts,
-           "decode_step_ms": step_ms, **{f"wall_{k}": v for k, v in med.items()},
+           "decode_step_ms": step_ms, "cpu": cpu, **{f"wall_{k}": v for k, v in med.items()},
+           **{f"cpu_{k}": v for k, v in cpus.items()},
            **{f"command_{k}": v for k, v in cmd.items()}, **{f"decode_step_ms_{k}": v for k, v in ms.items()}}
     for k in med.keys() - {"none"}:
         out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
         out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
         out[f"decode_step_ratio_{k}"] = ms[k] / ms["none"] if ms.get("none") else None
+        out[f"cpu_ratio_{k}"] = cpus[k] / cpus["none"] if cpus.get("none") else None
     out["ratio"] = out.get("ratio_vpo")
     if BASELINE in med and "vpo" in med:
         out["ratio_vpo_to_baseline"] = med["vpo"] / med[BASELINE]
     return out
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of the waited-for children so far (a `vevo run` and, once waited for, its
+    learner process and sandboxes)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def cpu_bound(c: dict, arm: str, cores: int) -> float | None:
+    """A floor under ``arm``'s wall on ``cores`` cores, from CPU time: the untrained run keeps a core busy for its
+    whole wall (its loop generates throughout), so the untrained wall plus the CPU seconds ``arm``'s command used
+    beyond the untrained one's (start-up is in both and cancels) must fit on ``cores`` cores. Better overlap cannot
+    go below it; only less work can."""
+    if "none" not in c["walls"] or arm not in c["walls"]:
+        return None
+    return (c["wall_none"] + max(0.0, c[f"cpu_{arm}"] - c["cpu_none"])) / cores
 
 
 def arms_line(c: dict, label: str, value: str, ratio: str, unit: str, spec: str = ".1f",
@@ -282,6 +306,14 @@ def main() -> None:
         print(arms_line(c, "  the whole commands (start-up and exit included): ", "command_", "command_ratio_", "s"))
         print(arms_line(c, "  generation per decode step (a group's longest completion): ", "decode_step_ms_",
                         "decode_step_ratio_", "ms", spec=".2f"))
+        print(arms_line(c, "  CPU seconds of the whole commands (learner process and sandboxes included): ", "cpu_",
+                        "cpu_ratio_", "s"))
+        cores = os.cpu_count() or 1
+        for arm in c["walls"]:
+            floor = cpu_bound(c, arm, cores) if arm != "none" else None
+            if floor is not None:
+                print(f"  {names.get(arm, arm)}: at {cores} cores its wall cannot fall below {floor:.1f} s "
+                      f"({floor / c['wall_none']:.2f}x the untrained wall) without less work")
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
         if c.get("ratio_vpo_to_baseline") is not None:

@@ -216,6 +216,26 @@ def test_roofline_counts_are_the_models_matrices_and_caches(tiny):
     assert fs.bytes_per_step(tiny[0].model, 8, 75, 100) == 4 * (mats + 2 * n * kv * (75 + 8 * 100))
 
 
+def test_learner_speed_cpu_floor_counts_waited_children():
+    """learner_speed's floor under a trained wall: a child's CPU seconds are counted once it is waited for, and
+    the floor is the untrained wall plus the extra CPU seconds, spread over the cores (never below the untrained
+    wall's share when the trained arm used less)."""
+    import subprocess
+    import sys
+
+    from bench.perf import learner_speed as ls
+
+    before = ls._children_cpu()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert ls._children_cpu() - before >= 0.25
+    c = {"walls": {"none": [3.0], "vpo": [5.0]}, "wall_none": 3.0, "cpu_none": 8.0, "cpu_vpo": 14.0, "cpu_old": 7.0}
+    assert ls.cpu_bound(c, "vpo", 2) == pytest.approx((3.0 + 6.0) / 2)
+    c["walls"]["old"] = [4.0]
+    assert ls.cpu_bound(c, "old", 2) == pytest.approx(1.5)
+    assert ls.cpu_bound({"walls": {"vpo": [5.0]}}, "vpo", 2) is None
+
+
 @pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
 def test_no_unwritten_cache_column_is_read(tiny, layout, monkeypatch):
     """The cache is allocated empty: with every new float tensor NaN instead, a call gives the same tokens and

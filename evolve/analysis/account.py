@@ -31,6 +31,10 @@ def account(metrics: Sequence[Any], training: Sequence[Any]) -> dict[str, float]
             "train_wait_seconds": round(total(training, "train_wait_seconds"), 3),
             "train_overlapped": any("train_wait_seconds" in r.data for r in training),
             "train_steps": sum(1 for r in training if r.data.get("samples")),
+            # the learner process (train.learner: process): its time from the fork to the last step, and the part
+            # of it spent on requests (steps, probes); the rest it waited for the loop
+            "learner_seconds": round(total(training, "learner_seconds"), 3),
+            "learner_busy_seconds": round(total(training, "learner_busy_seconds"), 3),
             "probe_seconds": round(total(training, "probe_seconds", "probe_seconds_before"), 3)}
 
 
@@ -52,4 +56,8 @@ def _beside(acc: dict[str, float]) -> str:
     """For overlapped training: how much of it the loop waited for."""
     if not acc.get("train_overlapped"):
         return ""
-    return f"; on the learner thread, the loop waited {acc.get('train_wait_seconds', 0.0):.1f}s"
+    out = f"; on the learner thread, the loop waited {acc.get('train_wait_seconds', 0.0):.1f}s"
+    if acc.get("learner_seconds"):
+        out += (f", the learner process busy {acc.get('learner_busy_seconds', 0.0):.1f}s of "
+                f"{acc['learner_seconds']:.1f}s")
+    return out

@@ -322,6 +322,8 @@ class CampaignTrainer:
             raise f.error
         f.stats.update(f.out)
         f.stats["train_wait_seconds"] = round(time.monotonic() - t, 4)  # what the loop waited for it
+        if self._process is not None:  # the learner process's time since the last step, and its share of work
+            f.stats["learner_seconds"], f.stats["learner_busy_seconds"] = (round(x, 4) for x in self._process.usage())
         self._step_seconds = f.step_seconds
         self.version += 1
         return f

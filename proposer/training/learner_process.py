@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any, Sequence
 
 import torch
@@ -167,12 +168,15 @@ class LearnerProcess:
         child.close()
         self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
         self._lock = threading.Lock()  # one request at a time: the learner thread and the baseline probe's share it
+        self._busy = 0.0  # seconds from each request's send to its reply, summed: the child's work (one at a time)
+        self._counted = (time.monotonic(), 0.0)  # the clock and the busy seconds at the last `usage`
 
     def _request(self, trainer: Any, kind: str, payload: tuple, gate: threading.Event | None = None) -> Any:
         """Send one request with the trainer's state if the child's is not the same, and take its reply; its new
         state goes into ``trainer`` once ``gate`` is open (the caller may read the old one until then)."""
         with self._lock:
             state = trainer_state(trainer) if trainer.version != self.version else None
+            sent = time.monotonic()
             try:
                 self.conn.send((kind, trainer.version, state, payload))
                 ok, out, new = self.conn.recv()
@@ -180,6 +184,7 @@ class LearnerProcess:
                 self.proc.join(timeout=5)
                 raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
                                     f"{type(e).__name__}") from None
+            self._busy += time.monotonic() - sent
             if not ok:  # the child's trainer may be half way through an update: the next request sends the state
                 self.version = None
                 raise TrainingError(f"learner process: {out}")
@@ -189,6 +194,13 @@ class LearnerProcess:
                 load_trainer_state(trainer, new)
             self.version = trainer.version
             return out
+
+    def usage(self) -> tuple[float, float]:
+        """(seconds since the last call, or since the fork; the child's busy seconds among them): what it did
+        between two published steps, and how long it waited for the campaign (evolve/analysis/account.py)."""
+        now, busy = time.monotonic(), self._busy  # not under the lock: a request may be waiting on its gate
+        (then, before), self._counted = self._counted, (now, busy)
+        return now - then, busy - before
 
     def step(self, trainer: Any, samples: Sequence[Any], refs: Any = None,
              gate: threading.Event | None = None) -> dict[str, float]:

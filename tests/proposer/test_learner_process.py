@@ -83,6 +83,24 @@ def test_an_error_in_the_child_is_one_line_and_the_process_serves_on():
         proc.close()
 
 
+def test_usage_counts_the_childs_work_and_its_waiting_between_calls():
+    """`usage`: the seconds since the last call (or the fork) and the child's busy seconds among them (each request
+    from its send to its reply): a step is busy time, a pause between requests is not."""
+    tr = _trainer()
+    proc = learner_process.LearnerProcess(tr)
+    try:
+        t = time.monotonic()
+        proc.step(tr, _group(model=tr.model))
+        step = time.monotonic() - t
+        time.sleep(0.3)  # the child waits for the next request
+        elapsed, busy = proc.usage()
+        assert 0.0 < busy <= step and elapsed >= busy + 0.3
+        elapsed, busy = proc.usage()  # nothing since the last call
+        assert busy == 0.0 and elapsed < 0.1
+    finally:
+        proc.close()
+
+
 def test_a_dead_child_is_a_training_error_not_a_hang():
     tr = _trainer()
     proc = learner_process.LearnerProcess(tr)

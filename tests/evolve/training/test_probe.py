@@ -3,6 +3,7 @@ training rows and in `runs show --json`'s `learning`."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -96,4 +97,7 @@ def test_campaign_and_runs_show_report_probes(tmp_path):
     # overlapped steps run beside the loop: the wall holds what the loop waited for, and generation (<= 2 at once)
     assert acc["train_overlapped"] and acc["wall_seconds"] >= max(acc["train_wait_seconds"], acc["gen_seconds"] / 2)
     assert all(r.data["train_seconds"] > 0 for r in trained_rows)
+    if sys.platform.startswith("linux"):  # the learner process (the default there): busy part of its time
+        assert 0 < acc["learner_busy_seconds"] <= acc["learner_seconds"] <= acc["wall_seconds"] + 0.5
+        assert f"the learner process busy {acc['learner_busy_seconds']:.1f}s" in text
     assert "compute: " in text and "training " in text

@@ -308,7 +308,7 @@ def main() -> None:
                         "decode_step_ratio_", "ms", spec=".2f"))
         print(arms_line(c, "  CPU seconds of the whole commands (learner process and sandboxes included): ", "cpu_",
                         "cpu_ratio_", "s"))
-        cores = os.cpu_count() or 1
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # usable
         for arm in c["walls"]:
             floor = cpu_bound(c, arm, cores) if arm != "none" else None
             if floor is not None:

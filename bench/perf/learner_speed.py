@@ -10,6 +10,7 @@ printed beside them.
                                                         #   learner, the default) and trained in the loop
     python bench/perf/learner_speed.py --campaigns 12 --campaigns-only --arms none,vpo --baseline HEAD^
                                                         # + the trained arm of an older tree (`git archive`), interleaved
+                                                        #   (--baseline-arms none,vpo: its untrained arm too)
     python bench/perf/learner_speed.py --device cuda         # bench/checks/gpu_check.sh runs this on a GPU
 """
 from __future__ import annotations
@@ -121,7 +122,9 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
 
-BASELINE = "vpo@baseline"  # the trained arm (vpo's flags) run by the tree of --baseline
+def baseline_arm(arm: str) -> str:
+    """The name of ``arm`` (a key of ARMS) run by the tree of --baseline."""
+    return f"{arm}@baseline"
 
 
 def git_tree(rev: str, dest: Path) -> Path:
@@ -151,7 +154,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     """Wall seconds of `vevo run` untrained, trained (vpo at the default schedule and probe rate, the learner
     overlapped) and trained with the step in the loop (train.overlap=false, the code before the overlap), at
     G, on pbe-hard-heldout, interleaved, from each run's compute account (`vevo runs show --json`); ``arms``: a
-    subset of ARMS, and ``BASELINE`` with ``baseline`` (an older tree, which runs vpo's flags)."""
+    subset of ARMS and of their ``baseline_arm`` names with ``baseline`` (an older tree, which runs that arm's
+    flags)."""
     vevo = str(Path(sys.executable).parent / "vevo")
     arms = arms or list(ARMS)
     walls: dict[str, list[float]] = {k: [] for k in arms}
@@ -162,8 +166,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for arm in arms:
-                old = arm == BASELINE
-                flags = ARMS["vpo" if old else arm]
+                old = arm.endswith("@baseline")
+                flags = ARMS[arm.removesuffix("@baseline")]
                 out = Path(tmp) / f"{arm}-{r}"
                 cmd = [sys.executable, "-m", "evolve.cli"] if old else [vevo]
                 t, used = time.perf_counter(), _children_cpu()
@@ -197,8 +201,9 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
         out[f"decode_step_ratio_{k}"] = ms[k] / ms["none"] if ms.get("none") else None
         out[f"cpu_ratio_{k}"] = cpus[k] / cpus["none"] if cpus.get("none") else None
     out["ratio"] = out.get("ratio_vpo")
-    if BASELINE in med and "vpo" in med:
-        out["ratio_vpo_to_baseline"] = med["vpo"] / med[BASELINE]
+    for k in ARMS:  # ratio_vpo_to_baseline: this tree's trained wall over the baseline tree's
+        if k in med and baseline_arm(k) in med:
+            out[f"ratio_{k}_to_baseline"] = med[k] / med[baseline_arm(k)]
     return out
 
 
@@ -239,12 +244,15 @@ def main() -> None:
                     "the ratios are to none, printed when it is among them)")
     ap.add_argument("--baseline", default=None, help="a git revision: its tree's trained arm (vpo's flags) runs "
                     "beside the others, interleaved, and the trained arm's ratio to it is printed")
+    ap.add_argument("--baseline-arms", default="vpo", help="with --baseline: which arms its tree runs, "
+                    "comma-separated (each one's ratio to this tree's is printed)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     arms = args.arms.split(",")
-    unknown = sorted(set(arms) - set(ARMS))
+    old_arms = args.baseline_arms.split(",") if args.baseline else []
+    unknown = sorted((set(arms) | set(old_arms)) - set(ARMS))
     if unknown:
-        ap.error(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
+        ap.error(f"--arms/--baseline-arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
     be = make_backend("tiny", device=args.device, threads=args.threads)
     torch.set_num_threads(args.threads)
     print(f"load average before: {os.getloadavg()}; torch threads {torch.get_num_threads()}; device {args.device}")
@@ -295,12 +303,12 @@ def main() -> None:
     if args.campaigns:
         with tempfile.TemporaryDirectory() as tmp:
             base = git_tree(args.baseline, Path(tmp) / "baseline") if args.baseline else None
-            c = campaigns(args.campaigns, args.repeats, args.group, arms + [BASELINE] * bool(base), base)
+            c = campaigns(args.campaigns, args.repeats, args.group, arms + [baseline_arm(a) for a in old_arms], base)
         res["campaigns"] = c
         names = {"none": "untrained", "vpo": "trained", "vpo_thread": "trained with the step on the learner thread",
                  "vpo_in_loop": "trained with the step in the loop",
-                 "vpo_transformers": "trained through transformers' forward",
-                 BASELINE: f"trained by {args.baseline}"}
+                 "vpo_transformers": "trained through transformers' forward"}
+        names.update({baseline_arm(a): f"{names[a]} by {args.baseline}" for a in ARMS})
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))
         print(arms_line(c, "  the whole commands (start-up and exit included): ", "command_", "command_ratio_", "s"))
@@ -310,14 +318,15 @@ def main() -> None:
                         "cpu_ratio_", "s"))
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # usable
         for arm in c["walls"]:
-            floor = cpu_bound(c, arm, cores) if arm != "none" else None
+            floor = cpu_bound(c, arm, cores) if not arm.startswith("none") else None
             if floor is not None:
                 print(f"  {names.get(arm, arm)}: at {cores} cores its wall cannot fall below {floor:.1f} s "
                       f"({floor / c['wall_none']:.2f}x the untrained wall) without less work")
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
-        if c.get("ratio_vpo_to_baseline") is not None:
-            print(f"  trained against {args.baseline}'s trained arm: {c['ratio_vpo_to_baseline']:.2f}x the wall")
+        for a in old_arms:
+            if c.get(f"ratio_{a}_to_baseline") is not None:
+                print(f"  {names[a]} against {args.baseline}'s: {c[f'ratio_{a}_to_baseline']:.2f}x the wall")
     print(f"load average after: {os.getloadavg()}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

@@ -200,6 +200,11 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path,
                [c.policy_version for g in b.recent_groups(100) for c in g.completions]
         assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
                [c.token_ids for g in b.recent_groups(100) for c in g.completions]
+        # the run's clock goes on across the kill: the step redone at the resume is stamped after the last commit
+        # before the kill, and every later row after it (a clock restarted at 0 would stamp it below step 3's)
+        walls = [r.data["wall_seconds"] for r in rb]
+        before_kill = max(m.data["wall_seconds"] for m in b.metrics_rows() if m.iteration <= 5)
+        assert walls == sorted(walls) and walls[3] >= before_kill > walls[2]
     assert_same_policy(ref, run)
     for r in (ref, run):  # and the same export, program for program
         vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))

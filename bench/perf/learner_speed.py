@@ -122,9 +122,12 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
 
 
+OLD = "@baseline"  # the suffix of an arm run by the tree of --baseline
+
+
 def baseline_arm(arm: str) -> str:
     """The name of ``arm`` (a key of ARMS) run by the tree of --baseline."""
-    return f"{arm}@baseline"
+    return arm + OLD
 
 
 def git_tree(rev: str, dest: Path) -> Path:
@@ -166,8 +169,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for arm in arms:
-                old = arm.endswith("@baseline")
-                flags = ARMS[arm.removesuffix("@baseline")]
+                old = arm.endswith(OLD)
+                flags = ARMS[arm.removesuffix(OLD)]
                 out = Path(tmp) / f"{arm}-{r}"
                 cmd = [sys.executable, "-m", "evolve.cli"] if old else [vevo]
                 t, used = time.perf_counter(), _children_cpu()
@@ -242,10 +245,10 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--arms", default=",".join(ARMS), help=f"campaign arms, comma-separated (of {', '.join(ARMS)}; "
                     "the ratios are to none, printed when it is among them)")
-    ap.add_argument("--baseline", default=None, help="a git revision: its tree's trained arm (vpo's flags) runs "
-                    "beside the others, interleaved, and the trained arm's ratio to it is printed")
+    ap.add_argument("--baseline", default=None, help="a git revision: its tree runs the arms of --baseline-arms "
+                    "beside the others, interleaved, and each one's ratio to this tree's is printed")
     ap.add_argument("--baseline-arms", default="vpo", help="with --baseline: which arms its tree runs, "
-                    "comma-separated (each one's ratio to this tree's is printed)")
+                    "comma-separated (default: the trained one)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     arms = args.arms.split(",")

@@ -1,0 +1,105 @@
+"""What a different learner schedule would have saved a finished trained run, before anyone builds it: the run's
+own timings (each iteration's loop work, each step's learner work, from its archive) replayed through the
+overlapped pipeline as it is (``lag`` 1: the step started at commit t is joined at commit t+1), with a learner
+queue one or two steps deeper (``lag`` 2, 3: one more policy version of staleness each), and with the probes
+taken off the learner's path (sampled in its idle time instead; a probe's row would then be published later).
+
+    python bench/perf/overlap_model.py RUN [RUN ...]     # RUN: a finished `vevo run --train ...` (overlapped)
+
+The model has no contention: each side's work takes what it took in the run, although work moved into the other
+side's idle time slows it there (docs/TRAINING.md: ~1.15x on generation beside the learner). So a saving it
+prints is an upper bound; the lag-1 replay beside the measured wall says how well it fits the run at all.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from evolve.archive import Archive  # noqa: E402
+
+
+@dataclass
+class Timings:
+    """One run's work per iteration t = 1..n: ``loop[t]`` what the loop did between the trainer hook of t - 1 and
+    the commit of t (preparing, generating, committing; not its waits), ``step[t]`` the learner's work on the
+    step started at commit t (without the reference forwards the loop took ahead, which are in ``loop``),
+    ``probe[t]`` the probe of the policy it made (in its flight, after it), ``start`` the baseline probe's (it runs from the run's start),
+    ``first`` the clock at the commit of iteration 0 and ``wall`` the measured wall."""
+    loop: dict[int, float]
+    step: dict[int, float]
+    probe: dict[int, float]
+    start: float
+    first: float
+    wall: float
+
+
+def timings(run: Path) -> Timings:
+    """The run's `Timings` from its archive (metrics: ``wall_seconds`` stamped at each commit, before the trainer's
+    hook; training rows: ``train_seconds``, ``reference_ahead_seconds``, ``probe_seconds``, ``train_wait_seconds``:
+    what the hook of t + 1 waited for step t)."""
+    with Archive(run / "archive.db", readonly=True) as a:
+        metrics = {r.iteration: r.data for r in a.metrics_rows()}
+        rows = {r.step: r.data for r in a.training_rows()}
+    if not rows or not all("train_wait_seconds" in d for d in rows.values()):
+        raise SystemExit(f"{run}: not a trained run with an overlapped learner")
+    its = sorted(metrics)
+    wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
+    wait = {s: float(d.get("train_wait_seconds", 0.0)) for s, d in rows.items()}
+    loop = {t: wall[t] - wall[prev] - wait.get(prev - 1, 0.0) for prev, t in zip(its, its[1:])}
+    step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
+    probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
+    start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
+    last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
+    return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last))
+
+
+def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
+    """The modelled wall: at commit t the hook waits for step t - lag, then starts step t, which the learner takes
+    once it has finished step t - 1; the loop's next iteration starts when the hook returns. With
+    ``background_probes`` a probe's work leaves the step and fills the learner's idle time instead (whatever is
+    left at the end runs after the last step)."""
+    done: dict[int, float] = {0: tm.start if not background_probes else 0.0}  # the learner's baseline probe
+    backlog = tm.start if background_probes else 0.0
+    commit, free = tm.first, done[0]
+    n = max(tm.loop)
+    for t in range(1, n + 1):
+        commit += tm.loop[t]
+        hook = max(commit, done.get(t - lag, 0.0))
+        work = tm.step.get(t, 0.0)
+        if background_probes:
+            backlog = max(0.0, backlog - max(0.0, hook - free))  # idle until this step arrives
+            backlog += tm.probe.get(t, 0.0)
+        else:  # the step's flight ends after the probe of the policy it made
+            work += tm.probe.get(t, 0.0)
+        if t in tm.step:
+            free = max(hook, free) + work
+            done[t] = free
+        commit = hook
+    return max(commit, free) + backlog
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path)
+    args = ap.parse_args()
+    for run in args.runs:
+        tm = timings(run)
+        base = replay(tm)
+        probes = sum(tm.probe.values()) + tm.start
+        print(f"{run}: measured wall {tm.wall:.1f} s; loop work {sum(tm.loop.values()):.1f} s, learner work "
+              f"{sum(tm.step.values()) + probes:.1f} s (probes {probes:.1f} s of it)")
+        print(f"  replayed as run (lag 1)          {base:6.1f} s")
+        for label, kw in (("learner queue one deeper (lag 2)", dict(lag=2)),
+                          ("learner queue two deeper (lag 3)", dict(lag=3)),
+                          ("probes in the learner's idle time", dict(background_probes=True)),
+                          ("both (lag 2, probes idle)", dict(lag=2, background_probes=True))):
+            w = replay(tm, **kw)
+            print(f"  {label:32s} {w:6.1f} s  ({w - base:+.1f} s, {w / base:.2f}x the replay)")
+
+
+if __name__ == "__main__":
+    main()

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
+from bench.perf.overlap_model import modelled  # noqa: E402
 from evolve.analysis.account import describe  # noqa: E402
 from proposer.answers.scoring import seed_prompt  # noqa: E402
 from proposer.backends import make_backend  # noqa: E402
@@ -166,6 +167,7 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     step_ms: dict[str, list[float]] = {k: [] for k in arms}  # generation ms per decode step
     cpu: dict[str, list[float]] = {k: [] for k in arms}  # CPU seconds of the command and every process it waited for
     accounts = {}
+    models: dict[str, list[dict[str, float]]] = {}  # overlapped trained arms: their runs replayed (overlap_model)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(repeats):
             for arm in arms:
@@ -190,6 +192,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
                 steps = decode_steps(out)
                 step_ms[arm].append(1e3 * float(comp.get("gen_seconds") or 0.0) / steps if steps else float("nan"))
                 accounts[arm] = comp
+                if (m := modelled(out)) is not None:
+                    models.setdefault(arm, []).append(m)
     med = {k: statistics.median(v) for k, v in walls.items()}
     cmd = {k: statistics.median(v) for k, v in commands.items()}
     ms = {k: statistics.median(v) for k, v in step_ms.items()}
@@ -197,7 +201,8 @@ def campaigns(iterations: int, repeats: int, group: int, arms: list[str] | None 
     out = {"iterations": iterations, "group": group, "walls": walls, "commands": commands, "accounts": accounts,
            "decode_step_ms": step_ms, "cpu": cpu, **{f"wall_{k}": v for k, v in med.items()},
            **{f"cpu_{k}": v for k, v in cpus.items()},
-           **{f"command_{k}": v for k, v in cmd.items()}, **{f"decode_step_ms_{k}": v for k, v in ms.items()}}
+           **{f"command_{k}": v for k, v in cmd.items()}, **{f"decode_step_ms_{k}": v for k, v in ms.items()},
+           "modelled": {a: {k: statistics.median(m[k] for m in ms_) for k in ms_[0]} for a, ms_ in models.items()}}
     for k in med.keys() - {"none"}:
         out[f"ratio_{k}"] = med[k] / med["none"] if med.get("none") else None
         out[f"command_ratio_{k}"] = cmd[k] / cmd["none"] if cmd.get("none") else None
@@ -325,6 +330,10 @@ def main() -> None:
             if floor is not None:
                 print(f"  {names.get(arm, arm)}: at {cores} cores its wall cannot fall below {floor:.1f} s "
                       f"({floor / c['wall_none']:.2f}x the untrained wall) without less work")
+        for arm, m in c["modelled"].items():
+            run = m["as run"]
+            print(f"  {names.get(arm, arm)}, its runs replayed (bench/perf/overlap_model.py, upper bounds): as they ran "
+                  f"{run:.1f} s; " + "; ".join(f"{k} {v:.1f} s ({v / run:.2f}x)" for k, v in m.items() if k != "as run"))
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
         for a in old_arms:

@@ -40,12 +40,12 @@ class Timings:
 def timings(run: Path) -> Timings:
     """The run's `Timings` from its archive (metrics: ``wall_seconds`` stamped at each commit, before the trainer's
     hook; training rows: ``train_seconds``, ``reference_ahead_seconds``, ``probe_seconds``, ``train_wait_seconds``:
-    what the hook of t + 1 waited for step t)."""
+    what the hook of t + 1 waited for step t). ValueError for a run without an overlapped learner."""
     with Archive(run / "archive.db", readonly=True) as a:
         metrics = {r.iteration: r.data for r in a.metrics_rows()}
         rows = {r.step: r.data for r in a.training_rows()}
     if not rows or not all("train_wait_seconds" in d for d in rows.values()):
-        raise SystemExit(f"{run}: not a trained run with an overlapped learner")
+        raise ValueError(f"{run}: not a trained run with an overlapped learner")
     its = sorted(metrics)
     wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
     wait = {s: float(d.get("train_wait_seconds", 0.0)) for s, d in rows.items()}
@@ -82,21 +82,37 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
     return max(commit, free) + backlog
 
 
+SCHEDULES = {"learner queue one deeper (lag 2)": dict(lag=2),  # what `modelled` and main() replay besides the run's own
+             "learner queue two deeper (lag 3)": dict(lag=3),
+             "probes in the learner's idle time": dict(background_probes=True),
+             "both (lag 2, probes idle)": dict(lag=2, background_probes=True)}
+
+
+def modelled(run: Path) -> dict[str, float] | None:
+    """The run replayed as it went (``as run``) and under each of SCHEDULES, in seconds; None for a run without an
+    overlapped learner (untrained, the step in the loop, an older tree's archive)."""
+    try:
+        tm = timings(run)
+    except ValueError:
+        return None
+    return {"as run": replay(tm), **{k: replay(tm, **kw) for k, kw in SCHEDULES.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path)
     args = ap.parse_args()
     for run in args.runs:
-        tm = timings(run)
+        try:
+            tm = timings(run)
+        except (ValueError, OSError) as e:
+            sys.exit(f"overlap_model: {e}")
         base = replay(tm)
         probes = sum(tm.probe.values()) + tm.start
         print(f"{run}: measured wall {tm.wall:.1f} s; loop work {sum(tm.loop.values()):.1f} s, learner work "
               f"{sum(tm.step.values()) + probes:.1f} s (probes {probes:.1f} s of it)")
         print(f"  replayed as run (lag 1)          {base:6.1f} s")
-        for label, kw in (("learner queue one deeper (lag 2)", dict(lag=2)),
-                          ("learner queue two deeper (lag 3)", dict(lag=3)),
-                          ("probes in the learner's idle time", dict(background_probes=True)),
-                          ("both (lag 2, probes idle)", dict(lag=2, background_probes=True))):
+        for label, kw in SCHEDULES.items():
             w = replay(tm, **kw)
             print(f"  {label:32s} {w:6.1f} s  ({w - base:+.1f} s, {w / base:.2f}x the replay)")
 

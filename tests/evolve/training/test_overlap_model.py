@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.perf.overlap_model import Timings, replay, timings
+from bench.perf.overlap_model import Timings, modelled, replay, timings
 from evolve.archive import Archive
 
 
@@ -46,8 +46,11 @@ def test_timings_come_from_the_archive_stamps(tmp_path):
     assert tm.step == pytest.approx({1: 0.7, 2: 0.5})
     assert tm.probe == pytest.approx({1: 0.0, 2: 0.4})
     assert (tm.start, tm.first, tm.wall) == pytest.approx((0.9, 0.1, 3.5))
+    m = modelled(run)
+    assert m["as run"] == replay(tm) and m["learner queue one deeper (lag 2)"] == replay(tm, lag=2)
 
     with Archive(run / "archive.db") as a:  # a step in the loop (no overlap) has no wait to replay
         a.record_training(3, 3, {"train_seconds": 0.5})
-    with pytest.raises(SystemExit, match="not a trained run with an overlapped learner"):
+    with pytest.raises(ValueError, match="not a trained run with an overlapped learner"):
         timings(run)
+    assert modelled(run) is None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from evolve.archive import Archive  # noqa: E402
+from evolve.archive import ARCHIVE_NAME, Archive  # noqa: E402
 
 
 @dataclass
@@ -27,8 +27,8 @@ class Timings:
     """One run's work per iteration t = 1..n: ``loop[t]`` what the loop did between the trainer hook of t - 1 and
     the commit of t (preparing, generating, committing; not its waits), ``step[t]`` the learner's work on the
     step started at commit t (without the reference forwards the loop took ahead, which are in ``loop``),
-    ``probe[t]`` the probe of the policy it made (in its flight, after it), ``start`` the baseline probe's (it runs from the run's start),
-    ``first`` the clock at the commit of iteration 0 and ``wall`` the measured wall."""
+    ``probe[t]`` the probe of the policy it made (in its flight, after it), ``start`` the baseline probe's (it
+    runs from the run's start), ``first`` the clock at the commit of iteration 0 and ``wall`` the measured wall."""
     loop: dict[int, float]
     step: dict[int, float]
     probe: dict[int, float]
@@ -40,21 +40,26 @@ class Timings:
 def timings(run: Path) -> Timings:
     """The run's `Timings` from its archive (metrics: ``wall_seconds`` stamped at each commit, before the trainer's
     hook; training rows: ``train_seconds``, ``reference_ahead_seconds``, ``probe_seconds``, ``train_wait_seconds``:
-    what the hook of t + 1 waited for step t). ValueError for a run without an overlapped learner."""
-    with Archive(run / "archive.db", readonly=True) as a:
+    what the hook of t + 1 waited for step t). ValueError for a run that is not one whose every step overlapped
+    (untrained, the step in the loop, steps redone in the loop at a resume) or whose stamps are missing."""
+    with Archive(run / ARCHIVE_NAME, readonly=True) as a:
         metrics = {r.iteration: r.data for r in a.metrics_rows()}
         rows = {r.step: r.data for r in a.training_rows()}
     if not rows or not all("train_wait_seconds" in d for d in rows.values()):
-        raise ValueError(f"{run}: not a trained run with an overlapped learner")
-    its = sorted(metrics)
-    wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
-    wait = {s: float(d.get("train_wait_seconds", 0.0)) for s, d in rows.items()}
-    loop = {t: wall[t] - wall[prev] - wait.get(prev - 1, 0.0) for prev, t in zip(its, its[1:])}
-    step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
-    probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
-    start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
-    last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
-    return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last))
+        raise ValueError(f"{run}: not a trained run whose every step ran on the overlapped learner")
+    try:
+        its = sorted(metrics)
+        wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
+        wait = {s: float(d["train_wait_seconds"]) for s, d in rows.items()}
+        loop = {t: wall[t] - wall[prev] - wait.get(prev - 1, 0.0) for prev, t in zip(its, its[1:])}
+        step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
+        probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
+        start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
+        last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
+        return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last))
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise ValueError(f"{run}: a stamp the replay needs is missing or not a number ({type(e).__name__}: {e})") \
+            from None
 
 
 def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:

@@ -51,6 +51,15 @@ def test_timings_come_from_the_archive_stamps(tmp_path):
 
     with Archive(run / "archive.db") as a:  # a step in the loop (no overlap) has no wait to replay
         a.record_training(3, 3, {"train_seconds": 0.5})
-    with pytest.raises(ValueError, match="not a trained run with an overlapped learner"):
+    with pytest.raises(ValueError, match="not a trained run whose every step ran on the overlapped learner"):
         timings(run)
     assert modelled(run) is None
+
+    bad = tmp_path / "bad"  # a stamp missing: one line, not a KeyError
+    bad.mkdir()
+    with Archive(bad / "archive.db") as a:
+        a.record_iteration(0, [], [], metrics={"wall_seconds": 0.1})
+        a.record_iteration(1, [], [], metrics={})
+        a.record_training(1, 1, {"train_seconds": 0.8, "train_wait_seconds": 0.3})
+    with pytest.raises(ValueError, match="a stamp the replay needs is missing"):
+        timings(bad)

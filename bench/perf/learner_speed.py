@@ -120,7 +120,8 @@ def step_times(be, prompt: str, repeats: int) -> dict:
 ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the default, overlapped learner (a process)
         "vpo_thread": ["--train", "vpo", "--set", "train.learner=thread"],  # the overlapped step on the thread
         "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"],  # the step in the loop's thread
-        "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"]}  # forwards via transformers
+        "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"],  # forwards via transformers
+        "vpo_lag2": ["--train", "vpo", "--set", "train.lag=2"]}  # two steps in flight: one more version of staleness
 
 
 OLD = "@baseline"  # the suffix of an arm run by the tree of --baseline
@@ -315,7 +316,8 @@ def main() -> None:
         res["campaigns"] = c
         names = {"none": "untrained", "vpo": "trained", "vpo_thread": "trained with the step on the learner thread",
                  "vpo_in_loop": "trained with the step in the loop",
-                 "vpo_transformers": "trained through transformers' forward"}
+                 "vpo_transformers": "trained through transformers' forward",
+                 "vpo_lag2": "trained with two steps in flight (train.lag 2)"}
         names.update({baseline_arm(a): f"{names[a]} by {args.baseline}" for a in ARMS})
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))
@@ -332,8 +334,9 @@ def main() -> None:
                       f"({floor / c['wall_none']:.2f}x the untrained wall) without less work")
         for arm, m in c["modelled"].items():
             run = m["as run"]
-            print(f"  {names.get(arm, arm)}, its runs replayed (bench/perf/overlap_model.py, upper bounds): as they ran "
-                  f"{run:.1f} s; " + "; ".join(f"{k} {v:.1f} s ({v / run:.2f}x)" for k, v in m.items() if k != "as run"))
+            rest = "; ".join(f"{k} {v:.1f} s ({v / run:.2f}x)" for k, v in m.items() if k != "as run")
+            print(f"  {names.get(arm, arm)}, its runs replayed (bench/perf/overlap_model.py, upper bounds): "
+                  f"as they ran {run:.1f} s; {rest}")
         for arm, acc in c["accounts"].items():
             print(f"  {arm}: {describe(acc)}")
         for a in old_arms:

@@ -1,7 +1,7 @@
 """What a different learner schedule would have saved a finished trained run, before anyone builds it: the run's
 own timings (each iteration's loop work, each step's learner work, from its archive) replayed through the
-overlapped pipeline as it is (``lag`` 1: the step started at commit t is joined at commit t+1), with a learner
-queue one or two steps deeper (``lag`` 2, 3: one more policy version of staleness each), and with the probes
+overlapped pipeline as it ran (``train.lag``: the step started at commit t is published at commit t + lag), with
+two or three steps in flight (lag 2, 3: each a policy version more stale than the one before), and with the probes
 taken off the learner's path (sampled in its idle time instead; a probe's row would then be published later).
 
     python bench/perf/overlap_model.py RUN [RUN ...]     # RUN: a finished `vevo run --train ...` (overlapped)
@@ -13,6 +13,7 @@ prints is an upper bound; the lag-1 replay beside the measured wall says how wel
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,36 +29,40 @@ class Timings:
     the commit of t (preparing, generating, committing; not its waits), ``step[t]`` the learner's work on the
     step started at commit t (without the reference forwards the loop took ahead, which are in ``loop``),
     ``probe[t]`` the probe of the policy it made (in its flight, after it), ``start`` the baseline probe's (it
-    runs from the run's start), ``first`` the clock at the commit of iteration 0 and ``wall`` the measured wall."""
+    runs from the run's start), ``first`` the clock at the commit of iteration 0, ``wall`` the measured wall and
+    ``lag`` the run's own ``train.lag``."""
     loop: dict[int, float]
     step: dict[int, float]
     probe: dict[int, float]
     start: float
     first: float
     wall: float
+    lag: int = 1
 
 
 def timings(run: Path) -> Timings:
     """The run's `Timings` from its archive (metrics: ``wall_seconds`` stamped at each commit, before the trainer's
     hook; training rows: ``train_seconds``, ``reference_ahead_seconds``, ``probe_seconds``, ``train_wait_seconds``:
-    what the hook of t + 1 waited for step t). ValueError for a run that is not one whose every step overlapped
+    what the hook of t + lag waited for step t). ValueError for a run that is not one whose every step overlapped
     (untrained, the step in the loop, steps redone in the loop at a resume) or whose stamps are missing."""
     with Archive(run / ARCHIVE_NAME, readonly=True) as a:
         metrics = {r.iteration: r.data for r in a.metrics_rows()}
         rows = {r.step: r.data for r in a.training_rows()}
+        config = a.get_meta("config")
     if not rows or not all("train_wait_seconds" in d for d in rows.values()):
         raise ValueError(f"{run}: not a trained run whose every step ran on the overlapped learner")
     try:
         its = sorted(metrics)
         wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
         wait = {s: float(d["train_wait_seconds"]) for s, d in rows.items()}
-        loop = {t: wall[t] - wall[prev] - wait.get(prev - 1, 0.0) for prev, t in zip(its, its[1:])}
+        lag = int(((json.loads(config) if config else {}).get("train") or {}).get("lag", 1))
+        loop = {t: wall[t] - wall[prev] - wait.get(prev - lag, 0.0) for prev, t in zip(its, its[1:])}
         step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
         probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
         start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
         last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
-        return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last))
-    except (KeyError, TypeError, ValueError, IndexError) as e:
+        return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last), lag)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise ValueError(f"{run}: a stamp the replay needs is missing or not a number ({type(e).__name__}: {e})") \
             from None
 
@@ -87,8 +92,8 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
     return max(commit, free) + backlog
 
 
-SCHEDULES = {"learner queue one deeper (lag 2)": dict(lag=2),  # what `modelled` and main() replay besides the run's own
-             "learner queue two deeper (lag 3)": dict(lag=3),
+SCHEDULES = {"two steps in flight (lag 2)": dict(lag=2),  # what `modelled` and main() replay besides the run's own
+             "three steps in flight (lag 3)": dict(lag=3),
              "probes in the learner's idle time": dict(background_probes=True),
              "both (lag 2, probes idle)": dict(lag=2, background_probes=True)}
 
@@ -100,7 +105,7 @@ def modelled(run: Path) -> dict[str, float] | None:
         tm = timings(run)
     except ValueError:
         return None
-    return {"as run": replay(tm), **{k: replay(tm, **kw) for k, kw in SCHEDULES.items()}}
+    return {"as run": replay(tm, lag=tm.lag), **{k: replay(tm, **kw) for k, kw in SCHEDULES.items()}}
 
 
 def main() -> None:
@@ -112,11 +117,11 @@ def main() -> None:
             tm = timings(run)
         except (ValueError, OSError) as e:
             sys.exit(f"overlap_model: {e}")
-        base = replay(tm)
+        base = replay(tm, lag=tm.lag)
         probes = sum(tm.probe.values()) + tm.start
         print(f"{run}: measured wall {tm.wall:.1f} s; loop work {sum(tm.loop.values()):.1f} s, learner work "
               f"{sum(tm.step.values()) + probes:.1f} s (probes {probes:.1f} s of it)")
-        print(f"  replayed as run (lag 1)          {base:6.1f} s")
+        print(f"  replayed as run (lag {tm.lag})          {base:6.1f} s")
         for label, kw in SCHEDULES.items():
             w = replay(tm, **kw)
             print(f"  {label:32s} {w:6.1f} s  ({w - base:+.1f} s, {w / base:.2f}x the replay)")

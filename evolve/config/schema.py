@@ -222,6 +222,10 @@ class TrainSection(StrictModel):
     learner: Literal["process", "thread"] = Field("process", description="where an overlapped update runs: "
                                                   "a process forked from the campaign's (its own interpreter "
                                                   "lock; Linux, CPU) or the second thread itself")
+    lag: int = Field(1, ge=1, le=4, description="overlapped updates in flight: the update started at iteration t "
+                     "is published at t + lag, so a batch is sampled lag - 1 versions more stale than at 1; above 1 "
+                     "the learner works through the loop's slow iterations instead of waiting (needs train.learner: "
+                     "process)")
     covrl: CoVRLSection = Field(default_factory=CoVRLSection)
 
     @field_validator("algo")

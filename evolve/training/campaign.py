@@ -22,13 +22,17 @@ importance weights against the recorded behaviour log-probs already correct for 
 batch is fixed by the iteration numbers alone, not by timing, so kill -9 + resume is exact: a step that the
 uninterrupted run had joined before the checkpoint is redone in the loop on the archive as of its iteration
 (``group_ids(through=t)``), one started at the checkpoint's commit is started again, and the campaign's end joins
-the last one (`drain`). The second core, idle in the loop but for the sandbox, does the learning: by default
-(``train.learner: process``) the learner thread hands the update to a process forked at `begin`
-(proposer/training/learner_process.py), so that it and the loop's sampling do not share one interpreter lock; the
-state it sends back leaves this process's trainer exactly as a step on the thread would. The probes sample there
-too, and are scored here. When the loop commits an iteration while the child still runs the last step, it takes
-the next step's reference log-probs itself (`_reference_ahead`) instead of waiting idle: the same bits, one
-forward less for the learner, the slower side of a long trained run.
+the last one (`drain`). ``train.lag`` L > 1 (the learner process only) keeps L steps in flight: the step due at t
+is published at the commit of t + L, the learner taking each as soon as the one before it is done, so it works
+through the loop's slow iterations instead of waiting for the next commit; each step's state comes into this
+process only once the one before it is published and the published policy pinned, and a resume starts again,
+in order, the steps the run had in flight (`in_flight_after`). The second core, idle in the loop but for the
+sandbox, does the learning: by default (``train.learner: process``) the learner thread hands the update to a
+process forked at `begin` (proposer/training/learner_process.py), so that it and the loop's sampling do not share
+one interpreter lock; the state it sends back leaves this process's trainer exactly as a step on the thread would.
+The probes sample there too, and are scored here. When the loop commits an iteration while the child still runs
+the step it is about to wait for, it takes the next step's reference log-probs itself (`_reference_ahead`) instead
+of waiting idle: the same bits, one forward less for the learner, the slower side of a long trained run.
 
 Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and
@@ -39,6 +43,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -112,7 +117,7 @@ class CampaignTrainer:
         self.last_iteration = -1
         self.prober = None  # evolve/training/probe.py, built at the first step (it needs the campaign's problems)
         self._before: dict[str, Any] = {}
-        self._flight: _Flight | None = None  # the step running on the learner thread (overlap)
+        self._flights: deque[_Flight] = deque()  # the steps on learner threads, oldest first (overlap; train.lag)
         self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
         self._process: Any = None  # the learner process (train.learner: process), forked by `_fork`
         self._step_seconds = self._ahead_seconds = 0.0  # the last step's and the last `_reference_ahead`'s lengths
@@ -197,14 +202,21 @@ class CampaignTrainer:
                     stats.update(self._probe(camp))
                 camp.archive.record_training(self.last_iteration, self.version, stats)
         t, every = camp.iteration, self.cfg.train.every
-        if self._overlaps(camp):
-            for d in range((self.last_iteration // every + 1) * every, t, every):
-                if d > 0 and self.last_iteration < d:
-                    self.train(camp, d)
-        if t > 0 and t % every == 0 and self.last_iteration < t:
-            if self._overlaps(camp):
-                self._fork()  # this step starts before `begin`, which forks otherwise
-            self.train(camp, t, background=self._overlaps(camp))
+        due = [d for d in range((self.last_iteration // every + 1) * every, t + 1, every) if d > 0]  # not yet saved
+        if not self._overlaps(camp):
+            if t in due:
+                self.train(camp, t)
+            return
+        flying = in_flight_after(t, every, self.cfg.train.lag)  # as the uninterrupted run left its hook at t
+        for d in due:
+            if d not in flying:  # joined before the kill, never published: redone here on the archive as of d
+                self.train(camp, d)
+        restart = [d for d in due if d in flying]
+        if restart:
+            self._fork()  # these steps start before `begin`, which forks otherwise
+            self._check_lag(camp)
+        for d in restart:  # started again, in order, as at their commits
+            self.train(camp, d, background=True)
 
     def begin(self, camp: CampaignView) -> None:
         """A learner still at policy v0 with probes on (overlapped): the baseline probe starts now on a thread,
@@ -213,10 +225,13 @@ class CampaignTrainer:
         step (that step waits for it), with the probes' fixed seed. Not once a step is under way (a resume's
         `on_restore` may have started one, which takes its baseline itself), nor when no step falls due before
         the run's last iteration (the probe would be dropped unread)."""
+        if self.cfg.train.lag > 1 and not self._overlaps(camp):
+            self._check_lag(camp)
         if not (self._step_ahead(camp.iteration) and self._overlaps(camp)):
             return
         self._fork()  # before any other thread of this start runs torch (a forked child keeps no thread)
-        if self.version == 0 and self._early is None and self._flight is None and self.cfg.train.probe_every:
+        self._check_lag(camp)
+        if self.version == 0 and self._early is None and not self._flights and self.cfg.train.probe_every:
             self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
 
     def _fork(self) -> None:
@@ -247,7 +262,13 @@ class CampaignTrainer:
 
     def __call__(self, camp: CampaignView, iteration: int) -> None:
         ahead = self._reference_ahead(camp, iteration)
-        last = self._wait()  # the step started at an earlier commit: finished, counted, not yet published
+        self._open_gates(iteration - self._lag())  # (where no commit in between pinned the policy and opened them)
+        joined = []  # the steps started at commit iteration - train.lag or before: done, counted, not yet published
+        while (f := self._wait(iteration - self._lag() + 1)) is not None:
+            joined.append(f)
+        for f in joined[:-1]:  # several only where a resume changed train.lag
+            self._settle(camp, f)
+        last = joined[-1] if joined else None
         # published now unless the next step goes to the learner process; and where its publication would still
         # probe (through the child, whose lock the next step holds until the publication: never, as its probe ran
         # on the learner thread, but a deadlock if it did)
@@ -267,7 +288,7 @@ class CampaignTrainer:
         long trained run, and the same bits as the child's (``PolicyTrainer.reference``). Only with the learner
         process: nothing else in this process touches the model meanwhile (the loop samples a pinned snapshot,
         the probes sample in the child), so switching the adapter off here is safe."""
-        f = self._flight
+        f = self._flights[0] if self._flights and self._flights[0].iteration <= iteration - self._lag() else None
         # only where the last step's length says this one will still run for longer than the forward takes (a
         # learner left idle waiting for the loop loses what the forward saves it; the bits do not depend on it)
         if (f is None or self._process is None or not f.thread.is_alive() or not self.due(iteration)
@@ -305,16 +326,39 @@ class CampaignTrainer:
                     and all(method(self.backend, m) is not None for m in ("pinnable", "pin_sampling")))
 
     def join(self, camp: CampaignView) -> None:
-        """Wait for the step on the learner thread, then publish it as the loop would have (snapshot, probes, row)."""
-        f = self._wait()
-        if f is not None:
-            self._settle(camp, f)
+        """Wait for every step on a learner thread, oldest first, and publish each as the loop would have
+        (snapshot, probes, row); each step's state is let in once the one before it is published."""
+        while self._flights:
+            self._flights[0].gate.set()
+            self._settle(camp, self._wait())
 
-    def _wait(self) -> _Flight | None:
-        """Wait for the step on the learner thread and count it (its policy is the current one from now on)."""
-        f, self._flight = self._flight, None
-        if f is None:
+    def _open_gates(self, through: int) -> None:
+        """Let the states of the steps started at ``through`` or before come into this process: each is published
+        at the commit ``train.lag`` after its own, and no pin for sampling before that may see it."""
+        for f in self._flights:
+            if f.iteration <= through:
+                f.gate.set()
+
+    def _lag(self) -> int:
+        """Steps in flight before the hook waits for the oldest (train.lag; 1 without the learner process, which
+        `_check_lag` makes an error for a lag above 1)."""
+        return self.cfg.train.lag if self._process is not None else 1
+
+    def _check_lag(self, camp: CampaignView) -> None:
+        """A lag above 1 needs the learner process: on a thread, a step would change the live weights while the
+        one before it is published from them."""
+        if self.cfg.train.lag > 1 and not (self._process is not None and self._overlaps(camp)
+                                           and self.backend.pinnable()):
+            raise TrainingError(f"train.lag {self.cfg.train.lag} needs the overlapped learner in its own process "
+                                f"(train.overlap, train.learner: process; Linux, the model on the CPU, one torch "
+                                f"thread, no Ray driver): set train.lag 1 here")
+
+    def _wait(self, before: int | None = None) -> _Flight | None:
+        """Wait for the oldest step on a learner thread if it started at an iteration below ``before`` (None:
+        whichever), and count it (its policy is the current one from now on)."""
+        if not self._flights or (before is not None and self._flights[0].iteration >= before):
             return None
+        f = self._flights.popleft()
         t = time.monotonic()
         f.thread.join()
         self.backend.unpin_sampling()
@@ -398,16 +442,18 @@ class CampaignTrainer:
         def settle() -> None:
             nonlocal last
             f, last = last, None
-            try:
-                if f is not None:
-                    self._settle(camp, f)
-            finally:
-                gate.set()
+            if f is not None:
+                self._settle(camp, f)
 
         try:
             return self._train(camp, iteration, background, ahead, gate, settle)
         finally:
-            settle()
+            try:
+                settle()
+            finally:  # the published policy is pinned: the state of the step published at the next commit may come in
+                self._open_gates(iteration - self._lag() + 1)
+                if not self._flights or self._flights[-1].gate is not gate:
+                    gate.set()  # no step waits on it
 
     def _train(self, camp: CampaignView, iteration: int, background: bool, ahead: _Ahead | None,
                gate: threading.Event, settle: Any) -> dict[str, Any] | None:
@@ -437,15 +483,16 @@ class CampaignTrainer:
         samples = prepared.samples
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  **prepared.stats}
-        stats.update(staleness(self.version, [c.policy_version for c in comps]))
+        ahead_of = self.version + len(self._flights)  # the version this step starts from (train.lag > 1: newer)
+        stats.update(staleness(ahead_of, [c.policy_version for c in comps]))
         if samples:
-            self.trainer.cfg.movement = movement_due(self.cfg, self.version)
+            self.trainer.cfg.movement = movement_due(self.cfg, ahead_of)
             if background and self.backend.pinnable():
                 if self._process is None:  # the learner thread changes the live weights from its first update
                     self.backend.pin_sampling()
-                before = partial(self._baseline, camp, True) if self.version == 0 else None
+                before = partial(self._baseline, camp, True) if ahead_of == 0 else None
                 probe = None
-                if self._probe_due(stats, self.version + 1):  # the probe of the new policy runs on the thread too
+                if self._probe_due(stats, ahead_of + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
                 prep = time.monotonic() - self._t0
                 if self._process is None:
@@ -456,7 +503,8 @@ class CampaignTrainer:
                         refs, prep = ahead.refs, prep + ahead.seconds
                         stats["reference_ahead_seconds"] = round(ahead.seconds, 4)
                     step = partial(self._process.step, self.trainer, refs=refs, gate=gate)
-                self._flight = _Flight(iteration, stats, step, samples, prep, before, probe, self.backend, self._t0)
+                self._flights.append(_Flight(iteration, stats, step, samples, prep, before, probe, self.backend,
+                                             self._t0, gate, self._flights[-1] if self._flights else None))
                 if self._process is not None:  # beside the child's step: the weights here change only at the gate
                     self.backend.pin_sampling()
                 return None
@@ -521,6 +569,13 @@ class CampaignTrainer:
         return stats
 
 
+def in_flight_after(t: int, every: int, lag: int) -> list[int]:
+    """The steps an overlapped run has in flight once its hook at iteration t returns: the hook at t publishes
+    every step started at t - lag or before, then starts the one due at t (every ``every``-th iteration). Pure, so
+    a resumed run restarts the steps the uninterrupted one had in flight at its checkpoint."""
+    return [d for d in range(every, t + 1, every) if d > t - lag]
+
+
 def _key(samples: list) -> list:
     """What a step's reference log-probs depend on."""
     return [(s.prompt_ids, s.completion_ids) for s in samples]
@@ -542,8 +597,13 @@ class _Flight:
     cost (``seconds``: the preparation in the loop plus the step; probes count apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
-                 before: Any, probe: Any, backend: Any, prep_started: float) -> None:
+                 before: Any, probe: Any, backend: Any, prep_started: float, gate: threading.Event | None = None,
+                 after: "_Flight | None" = None) -> None:
+        """``gate``: opened once the step before it is published (its state waits for it, learner process);
+        ``after``: the step in flight before it (train.lag > 1), whose update and probe the learner takes first."""
         self.iteration, self.stats, self.seconds = iteration, stats, prep
+        self.gate = gate if gate is not None else threading.Event()
+        self.after = after
         self.t0 = prep_started  # when the loop began preparing it (the progress line's time)
         self.started, self.step_seconds = time.monotonic(), 0.0  # step_seconds: the step's own, as it ran
         self.out: dict[str, Any] = {}
@@ -554,6 +614,8 @@ class _Flight:
 
     def _run(self, step: Any, samples: list, before: Any, probe: Any, backend: Any) -> None:
         try:
+            if self.after is not None:  # the learner takes the updates in order, each with the probe of its policy
+                self.after.thread.join()
             with backend.live_sampling():
                 base = before() if before is not None else {}
                 t = time.monotonic()

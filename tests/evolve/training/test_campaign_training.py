@@ -42,10 +42,11 @@ def _cfg(tmp_path: Path, extra: str = "", group: int = 2) -> Path:
     return p
 
 
-@pytest.mark.parametrize("overlap", [True, False])
-def test_campaign_trains_and_records_policy_versions(tmp_path, overlap):
+@pytest.mark.parametrize("overlap, train_lag", [(True, 1), (False, 1), (True, 2)])
+def test_campaign_trains_and_records_policy_versions(tmp_path, overlap, train_lag):
     run = tmp_path / "run"
-    vevo("run", str(_cfg(tmp_path, f"  overlap: {str(overlap).lower()}\n")), "--out", str(run), "--quiet", timeout=900)
+    vevo("run", str(_cfg(tmp_path, f"  overlap: {str(overlap).lower()}\n  lag: {train_lag}\n")), "--out", str(run),
+         "--quiet", timeout=900)
     with Archive(run / "archive.db", readonly=True) as a:
         rows = a.training_rows()
         groups = a.recent_groups(100)
@@ -60,8 +61,8 @@ def test_campaign_trains_and_records_policy_versions(tmp_path, overlap):
         assert r.data["policy_kl"] >= 0
     # which policy made a batch follows from the iteration numbers alone: at pipeline depth 1 the update at
     # iteration d is published after d + 1 was generated; overlapped, it runs while d + 2 is generated and is
-    # published at the commit of d + 1
-    lag = 3 if overlap else 2
+    # published at the commit of d + 1 (train.lag 2: of d + 2, while d + 3 is generated)
+    lag = 2 + train_lag if overlap else 2
     for g in groups:
         expect = max((r.policy_version for r in rows if r.step + lag <= g.iteration), default=0)
         assert {c.policy_version for c in g.completions} == {expect}, (g.iteration, lag)
@@ -157,11 +158,11 @@ _KILL_BEFORE_PUBLISHED = """
 import os, sys
 from evolve.training import campaign as ct
 wait, settle = ct.CampaignTrainer._wait, ct.CampaignTrainer._settle
-def killing_wait(self):
-    f = self._flight
-    if {where!r} == "wait" and f is not None and f.iteration == {at}:
-        os._exit(9)  # the archive has committed iteration {at} + 1; the step started at {at} never published
-    return wait(self)
+def killing_wait(self, before=None):
+    f = self._flights[0] if self._flights else None
+    if {where!r} == "wait" and f is not None and f.iteration == {at} and (before is None or f.iteration < before):
+        os._exit(9)  # the archive has committed iteration {at} + lag; the step started at {at} never published
+    return wait(self, before)
 def killing_settle(self, camp, f):
     if {where!r} == "settle" and f.iteration == {at}:
         os._exit(9)  # the step at {at} is done and the next one sent to the learner process, but not published
@@ -172,12 +173,13 @@ sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
 """
 
 
-@pytest.mark.parametrize("where", ["wait", "settle"])
-def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path, where):
-    """The kills the learner thread adds: after iteration d + 1 is committed, before the step started at d is
+@pytest.mark.parametrize("where, train_lag", [("wait", 1), ("settle", 1), ("wait", 2), ("settle", 2)])
+def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path, where, train_lag):
+    """The kills the learner thread adds: after iteration d + lag is committed, before the step started at d is
     waited for ("wait"), or once it is done and the next step sent to the learner process, before it is published
-    ("settle"). Resume redoes that step on the archive as of d (not d + 1), then goes on as the uninterrupted run."""
-    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
+    ("settle"). Resume redoes that step on the archive as of d (not d + lag), starts again the steps the run had
+    in flight (train.lag 2: the one started at d + 1, then d + 2), then goes on as the uninterrupted run."""
+    cfg = _cfg(tmp_path, f"  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n  lag: {train_lag}\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
     code = _KILL_BEFORE_PUBLISHED.format(at=4, cfg=str(cfg), out=str(run), where=where)
@@ -186,7 +188,7 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path,
     assert p.returncode == 9, p.stderr[-2000:]
     with Archive(run / "archive.db", readonly=True) as b:
         assert max(r.step for r in b.training_rows()) == 3  # the step at 4 never published
-        assert b.checkpoint()[0] == 5
+        assert b.checkpoint()[0] == 4 + train_lag
     vevo("resume", str(run), "--quiet", timeout=900)
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         ra, rb = a.training_rows(), b.training_rows()
@@ -203,7 +205,7 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path,
         # the run's clock goes on across the kill: the step redone at the resume is stamped after the last commit
         # before the kill, and every later row after it (a clock restarted at 0 would stamp it below step 3's)
         walls = [r.data["wall_seconds"] for r in rb]
-        before_kill = max(m.data["wall_seconds"] for m in b.metrics_rows() if m.iteration <= 5)
+        before_kill = max(m.data["wall_seconds"] for m in b.metrics_rows() if m.iteration <= 4 + train_lag)
         assert walls == sorted(walls) and walls[3] >= before_kill > walls[2]
     assert_same_policy(ref, run)
     for r in (ref, run):  # and the same export, program for program
@@ -219,7 +221,7 @@ step = lp.LearnerProcess.step
 from evolve.training import campaign as ct
 settle = ct.CampaignTrainer._settle
 def recorded(self, camp, f):  # published: whether the next step was launched before this one was published
-    launched = self._flight is not None and self._flight.iteration > f.iteration
+    launched = bool(self._flights) and self._flights[-1].iteration > f.iteration
     calls.append(("published", f.iteration, launched))
     if launched:  # a slow publication: the next step's reply comes meanwhile, and must wait for it (the gate)
         time.sleep({delay})
@@ -276,6 +278,51 @@ def test_the_learner_process_trains_as_the_learner_thread(tmp_path):
     for r in (ref, run):
         vevo("export", str(r), "--format", "csv", "--out", str(r / "export.csv"))
     assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
+
+
+_CHECK_LAG_ORDER = """
+import json, sys, time
+from evolve.training import campaign as ct
+from proposer.backends.hf import HFBackend
+seen, trainers = [], []
+init, call, save, pin = ct.CampaignTrainer.__init__, ct.CampaignTrainer.__call__, ct.CampaignTrainer._save, \\
+    HFBackend.pin_sampling
+def kept(self, *a, **kw):
+    init(self, *a, **kw)
+    trainers.append(self)
+def slow_hook(self, camp, iteration):  # a loop slower than the learner: each reply comes before the next commit
+    time.sleep(0.5)
+    return call(self, camp, iteration)
+def checked_save(self, iteration, stats):  # the weights published: the updates through this step, none after
+    seen.append(["save", iteration, self.version, self.trainer.version])
+    return save(self, iteration, stats)
+def checked_pin(self):  # the weights pinned for sampling: the published policy's
+    t = trainers[0]
+    seen.append(["pin", t.last_iteration, t.version, t.trainer.version])
+    return pin(self)
+ct.CampaignTrainer.__init__, ct.CampaignTrainer.__call__, ct.CampaignTrainer._save = kept, slow_hook, checked_save
+HFBackend.pin_sampling = checked_pin
+from evolve.cli import main
+rc = main(["run", {cfg!r}, "--out", {out!r}, "--quiet"])
+open({seen!r}, "w").write(json.dumps(seen))
+sys.exit(rc)
+"""
+
+
+def test_with_two_steps_in_flight_each_state_comes_in_only_once_the_one_before_is_published(tmp_path):
+    """train.lag 2, the learner faster than the loop (each hook held back): the child's reply to a step comes
+    while the step before it is still unpublished, and its state must wait (its gate). So every snapshot holds
+    the updates through its own step and no later one, and every pin for sampling holds the published policy."""
+    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 0\n  lag: 2\n")
+    seen = tmp_path / "seen.json"
+    code = _CHECK_LAG_ORDER.format(cfg=str(cfg), out=str(tmp_path / "run"), seen=str(seen))
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads(seen.read_text())
+    saves = [s for s in seen if s[0] == "save"]
+    assert [s[1] for s in saves] == list(range(1, 9))  # every step published, in order
+    assert all(published == updates for _, _, published, updates in seen), seen  # one update a step
 
 
 def test_every_training_knob_reaches_the_trainer():
@@ -373,3 +420,21 @@ def test_no_baseline_probe_starts_when_no_step_falls_due_in_the_run(tmp_path, it
     assert (trainer._early is not None) == started
     trainer.drain(view)  # waits for a probe no step took (here it fails on the bare view) and drops it
     assert trainer._early is None
+
+
+def test_steps_in_flight_follow_from_the_iteration_numbers():
+    """What a resume starts again: the steps started after t - lag, on the run's schedule (every)."""
+    from evolve.training.campaign import in_flight_after
+
+    assert in_flight_after(6, 1, 1) == [6] and in_flight_after(7, 2, 1) == []
+    assert in_flight_after(6, 1, 2) == [5, 6] and in_flight_after(6, 1, 3) == [4, 5, 6]
+    assert in_flight_after(5, 2, 2) == [4] and in_flight_after(6, 2, 2) == [6] and in_flight_after(1, 1, 2) == [1]
+
+
+def test_a_lag_above_one_without_the_learner_process_is_one_line(tmp_path):
+    """train.lag 2 with the step on the learner thread: a step would change the live weights while the one before
+    it is published from them, so the run stops before its first iteration, with one line."""
+    cfg = _cfg(tmp_path, "  lag: 2\n  learner: thread\n")
+    p = vevo("run", str(cfg), "--out", str(tmp_path / "run"), "--quiet", check=False)
+    assert p.returncode == 2
+    assert p.stderr.strip().count("\n") == 0 and "train.lag 2 needs the overlapped learner" in p.stderr

@@ -2,6 +2,8 @@
 them (hand-worked timelines)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.perf.overlap_model import Timings, modelled, replay, timings
@@ -47,13 +49,25 @@ def test_timings_come_from_the_archive_stamps(tmp_path):
     assert tm.probe == pytest.approx({1: 0.0, 2: 0.4})
     assert (tm.start, tm.first, tm.wall) == pytest.approx((0.9, 0.1, 3.5))
     m = modelled(run)
-    assert m["as run"] == replay(tm) and m["learner queue one deeper (lag 2)"] == replay(tm, lag=2)
+    assert m["as run"] == replay(tm) and m["two steps in flight (lag 2)"] == replay(tm, lag=2) and tm.lag == 1
 
     with Archive(run / "archive.db") as a:  # a step in the loop (no overlap) has no wait to replay
         a.record_training(3, 3, {"train_seconds": 0.5})
     with pytest.raises(ValueError, match="not a trained run whose every step ran on the overlapped learner"):
         timings(run)
     assert modelled(run) is None
+
+    two = tmp_path / "two"  # train.lag 2: the hook of t waits for step t - 2
+    two.mkdir()
+    with Archive(two / "archive.db") as a:
+        a.set_meta("config", json.dumps({"train": {"lag": 2}}))
+        for t, wall in enumerate([0.1, 1.1, 2.0, 3.3]):
+            a.record_iteration(t, [], [], metrics={"wall_seconds": wall})
+        a.record_training(1, 1, {"train_seconds": 0.8, "train_wait_seconds": 0.3, "wall_seconds": 3.4})
+        a.record_training(2, 2, {"train_seconds": 0.5, "train_wait_seconds": 0.2, "wall_seconds": 3.5})
+    tm = timings(two)
+    assert tm.lag == 2 and tm.loop == pytest.approx({1: 1.0, 2: 0.9, 3: 1.3})  # step 1 is waited for at hook 3
+    assert modelled(two)["as run"] == replay(tm, lag=2)
 
     bad = tmp_path / "bad"  # a stamp missing: one line, not a KeyError
     bad.mkdir()

@@ -599,8 +599,9 @@ class _Flight:
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
                  before: Any, probe: Any, backend: Any, prep_started: float, gate: threading.Event | None = None,
                  after: "_Flight | None" = None) -> None:
-        """``gate``: opened once the step before it is published (its state waits for it, learner process);
-        ``after``: the step in flight before it (train.lag > 1), whose update and probe the learner takes first."""
+        """``gate``: opened once no pin for sampling is left before its publication (learner process: its state
+        waits for it); ``after``: the step in flight before it (train.lag > 1), whose update and probe the learner
+        takes first."""
         self.iteration, self.stats, self.seconds = iteration, stats, prep
         self.gate = gate if gate is not None else threading.Event()
         self.after = after

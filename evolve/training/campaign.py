@@ -262,9 +262,10 @@ class CampaignTrainer:
 
     def __call__(self, camp: CampaignView, iteration: int) -> None:
         ahead = self._reference_ahead(camp, iteration)
-        self._open_gates(iteration - self._lag())  # (where no commit in between pinned the policy and opened them)
-        joined = []  # the steps started at commit iteration - train.lag or before: done, counted, not yet published
-        while (f := self._wait(iteration - self._lag() + 1)) is not None:
+        through = self._published_through(iteration)
+        self._open_gates(through)  # (where no commit in between pinned the policy and opened them)
+        joined = []  # the steps started at ``through`` or before: done, counted, not yet published
+        while (f := self._wait(through)) is not None:
             joined.append(f)
         for f in joined[:-1]:  # several only where a resume changed train.lag
             self._settle(camp, f)
@@ -288,7 +289,8 @@ class CampaignTrainer:
         long trained run, and the same bits as the child's (``PolicyTrainer.reference``). Only with the learner
         process: nothing else in this process touches the model meanwhile (the loop samples a pinned snapshot,
         the probes sample in the child), so switching the adapter off here is safe."""
-        f = self._flights[0] if self._flights and self._flights[0].iteration <= iteration - self._lag() else None
+        f = self._flights[0] if self._flights and self._flights[0].iteration <= self._published_through(iteration) \
+            else None
         # only where the last step's length says this one will still run for longer than the forward takes (a
         # learner left idle waiting for the loop loses what the forward saves it; the bits do not depend on it)
         if (f is None or self._process is None or not f.thread.is_alive() or not self.due(iteration)
@@ -339,10 +341,11 @@ class CampaignTrainer:
             if f.iteration <= through:
                 f.gate.set()
 
-    def _lag(self) -> int:
-        """Steps in flight before the hook waits for the oldest (train.lag; 1 without the learner process, which
-        `_check_lag` makes an error for a lag above 1)."""
-        return self.cfg.train.lag if self._process is not None else 1
+    def _published_through(self, iteration: int) -> int:
+        """The commit of ``iteration`` publishes the steps started at this iteration or before: ``train.lag``
+        commits after their own (1 without the learner process, which `_check_lag` makes an error for a lag above
+        1)."""
+        return iteration - (self.cfg.train.lag if self._process is not None else 1)
 
     def _check_lag(self, camp: CampaignView) -> None:
         """A lag above 1 needs the learner process: on a thread, a step would change the live weights while the
@@ -353,10 +356,10 @@ class CampaignTrainer:
                                 f"(train.overlap, train.learner: process; Linux, the model on the CPU, one torch "
                                 f"thread, no Ray driver): set train.lag 1 here")
 
-    def _wait(self, before: int | None = None) -> _Flight | None:
-        """Wait for the oldest step on a learner thread if it started at an iteration below ``before`` (None:
-        whichever), and count it (its policy is the current one from now on)."""
-        if not self._flights or (before is not None and self._flights[0].iteration >= before):
+    def _wait(self, through: int | None = None) -> _Flight | None:
+        """Wait for the oldest step on a learner thread if it started at ``through`` or before (None: whichever),
+        and count it (its policy is the current one from now on)."""
+        if not self._flights or (through is not None and self._flights[0].iteration > through):
             return None
         f = self._flights.popleft()
         t = time.monotonic()
@@ -451,7 +454,7 @@ class CampaignTrainer:
             try:
                 settle()
             finally:  # the published policy is pinned: the state of the step published at the next commit may come in
-                self._open_gates(iteration - self._lag() + 1)
+                self._open_gates(self._published_through(iteration) + 1)
                 if not self._flights or self._flights[-1].gate is not gate:
                     gate.set()  # no step waits on it
 
@@ -483,16 +486,16 @@ class CampaignTrainer:
         samples = prepared.samples
         stats: dict[str, Any] = {"iteration": iteration, "groups": len(groups), "completions": len(comps),
                                  **prepared.stats}
-        ahead_of = self.version + len(self._flights)  # the version this step starts from (train.lag > 1: newer)
-        stats.update(staleness(ahead_of, [c.policy_version for c in comps]))
+        from_version = self.version + len(self._flights)  # the version this step starts from (train.lag > 1: newer)
+        stats.update(staleness(from_version, [c.policy_version for c in comps]))
         if samples:
-            self.trainer.cfg.movement = movement_due(self.cfg, ahead_of)
+            self.trainer.cfg.movement = movement_due(self.cfg, from_version)
             if background and self.backend.pinnable():
                 if self._process is None:  # the learner thread changes the live weights from its first update
                     self.backend.pin_sampling()
-                before = partial(self._baseline, camp, True) if ahead_of == 0 else None
+                before = partial(self._baseline, camp, True) if from_version == 0 else None
                 probe = None
-                if self._probe_due(stats, ahead_of + 1):  # the probe of the new policy runs on the thread too
+                if self._probe_due(stats, from_version + 1):  # the probe of the new policy runs on the thread too
                     probe = partial(self._probe, camp, quiet=True)
                 prep = time.monotonic() - self._t0
                 if self._process is None:
@@ -597,14 +600,13 @@ class _Flight:
     cost (``seconds``: the preparation in the loop plus the step; probes count apart, as ``probe_seconds``)."""
 
     def __init__(self, iteration: int, stats: dict[str, Any], step: Any, samples: list, prep: float,
-                 before: Any, probe: Any, backend: Any, prep_started: float, gate: threading.Event | None = None,
-                 after: "_Flight | None" = None) -> None:
+                 before: Any, probe: Any, backend: Any, prep_started: float, gate: threading.Event,
+                 after: "_Flight | None") -> None:
         """``gate``: opened once no pin for sampling is left before its publication (learner process: its state
         waits for it); ``after``: the step in flight before it (train.lag > 1), whose update and probe the learner
         takes first."""
         self.iteration, self.stats, self.seconds = iteration, stats, prep
-        self.gate = gate if gate is not None else threading.Event()
-        self.after = after
+        self.gate, self.after = gate, after
         self.t0 = prep_started  # when the loop began preparing it (the progress line's time)
         self.started, self.step_seconds = time.monotonic(), 0.0  # step_seconds: the step's own, as it ran
         self.out: dict[str, Any] = {}

@@ -158,11 +158,11 @@ _KILL_BEFORE_PUBLISHED = """
 import os, sys
 from evolve.training import campaign as ct
 wait, settle = ct.CampaignTrainer._wait, ct.CampaignTrainer._settle
-def killing_wait(self, before=None):
+def killing_wait(self, through=None):
     f = self._flights[0] if self._flights else None
-    if {where!r} == "wait" and f is not None and f.iteration == {at} and (before is None or f.iteration < before):
+    if {where!r} == "wait" and f is not None and f.iteration == {at} and (through is None or f.iteration <= through):
         os._exit(9)  # the archive has committed iteration {at} + lag; the step started at {at} never published
-    return wait(self, before)
+    return wait(self, through)
 def killing_settle(self, camp, f):
     if {where!r} == "settle" and f.iteration == {at}:
         os._exit(9)  # the step at {at} is done and the next one sent to the learner process, but not published

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from evolve.archive import ARCHIVE_NAME, Archive  # noqa: E402
+from evolve.config.legacy import upgrade  # noqa: E402
 
 
 @dataclass
@@ -55,7 +56,7 @@ def timings(run: Path) -> Timings:
         its = sorted(metrics)
         wall = {t: float(metrics[t]["wall_seconds"]) for t in its}
         wait = {s: float(d["train_wait_seconds"]) for s, d in rows.items()}
-        lag = int(((json.loads(config) if config else {}).get("train") or {}).get("lag", 1))
+        lag = int((upgrade(json.loads(config or "{}")).get("train") or {}).get("lag", 1))
         loop = {t: wall[t] - wall[prev] - wait.get(prev - lag, 0.0) for prev, t in zip(its, its[1:])}
         step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
         probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}

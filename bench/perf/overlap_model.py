@@ -1,8 +1,9 @@
 """What a different learner schedule would have saved a finished trained run, before anyone builds it: the run's
 own timings (each iteration's loop work, each step's learner work, from its archive) replayed through the
 overlapped pipeline as it ran (``train.lag``: the step started at commit t is published at commit t + lag), with
-two or three steps in flight (lag 2, 3: each a policy version more stale than the one before), and with the probes
-taken off the learner's path (sampled in its idle time instead; a probe's row would then be published later).
+two or three steps in flight (lag 2, 3: each a policy version more stale than the one before), with the probes
+taken off the learner's path (sampled in its idle time instead; a probe's row would then be published later), and
+with each step's reference forward taken in the learner's idle time before the step's commit.
 
     python bench/perf/overlap_model.py RUN [RUN ...]     # RUN: a finished `vevo run --train ...` (overlapped)
 
@@ -68,11 +69,14 @@ def timings(run: Path) -> Timings:
             from None
 
 
-def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
+def replay(tm: Timings, lag: int = 1, background_probes: bool = False, idle_share: float = 0.0) -> float:
     """The modelled wall: at commit t the hook waits for step t - lag, then starts step t, which the learner takes
     once it has finished step t - 1; the loop's next iteration starts when the hook returns. With
     ``background_probes`` a probe's work leaves the step and fills the learner's idle time instead (whatever is
-    left at the end runs after the last step)."""
+    left at the end runs after the last step). With ``idle_share`` up to that share of each step (its reference
+    forward: ~25% of a step in a py-spy profile, docs/TRAINING.md) is done in the learner's idle time before the
+    hook that starts it, counted from when the learner is free (an upper bound: the step's completions may not
+    exist yet then)."""
     done: dict[int, float] = {0: tm.start if not background_probes else 0.0}  # the learner's baseline probe
     backlog = tm.start if background_probes else 0.0
     commit, free = tm.first, done[0]
@@ -81,6 +85,7 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
         commit += tm.loop[t]
         hook = max(commit, done.get(t - lag, 0.0))
         work = tm.step.get(t, 0.0)
+        work -= min(max(0.0, hook - free), idle_share * work)
         if background_probes:
             backlog = max(0.0, backlog - max(0.0, hook - free))  # idle until this step arrives
             backlog += tm.probe.get(t, 0.0)
@@ -96,7 +101,8 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False) -> float:
 SCHEDULES = {"two steps in flight (lag 2)": dict(lag=2),  # what `modelled` and main() replay besides the run's own
              "three steps in flight (lag 3)": dict(lag=3),
              "probes in the learner's idle time": dict(background_probes=True),
-             "both (lag 2, probes idle)": dict(lag=2, background_probes=True)}
+             "both (lag 2, probes idle)": dict(lag=2, background_probes=True),
+             "references in the learner's idle time": dict(idle_share=0.25)}
 
 
 def modelled(run: Path) -> dict[str, float] | None:

@@ -31,6 +31,17 @@ def test_probes_in_the_learners_idle_time_leave_its_steps_path():
     assert replay(tm, background_probes=True) == pytest.approx(6.0)  # both probes fit the idle time
 
 
+def test_a_steps_reference_in_the_learners_idle_time_shortens_it():
+    """Loop 1, 1, 3 s and steps of 2 s: lag 1 ends at 8. With a quarter of each step (0.5 s) taken while the learner
+    waits for its commit: step 1 is 1.5 s (the learner idle from 0 to 1), step 2 2 s (no idle time: commit 2 waits
+    for step 1 until 2.5), step 3 1.5 s (idle from 4.5 to 5.5): the last step ends at 7."""
+    tm = Timings(loop={1: 1.0, 2: 1.0, 3: 3.0}, step={1: 2.0, 2: 2.0, 3: 2.0}, probe={}, start=0.0, first=0.0,
+                 wall=0.0)
+    assert replay(tm) == pytest.approx(8.0)
+    assert replay(tm, idle_share=0.25) == pytest.approx(7.0)
+    assert replay(tm, idle_share=0.0) == replay(tm)
+
+
 def test_timings_come_from_the_archive_stamps(tmp_path):
     """Each iteration's loop work is the time between two commits less what the hook between them waited for
     (the hook of t waits for step t - 1); a step's work leaves out the reference forwards the loop took ahead."""

@@ -84,10 +84,11 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False, idle_shar
     for t in range(1, n + 1):
         commit += tm.loop[t]
         hook = max(commit, done.get(t - lag, 0.0))
-        work = tm.step.get(t, 0.0)
-        work -= min(max(0.0, hook - free), idle_share * work)
-        if background_probes:
-            backlog = max(0.0, backlog - max(0.0, hook - free))  # idle until this step arrives
+        idle = max(0.0, hook - free)  # the learner's idle time until this step arrives
+        ahead = min(idle, idle_share * tm.step.get(t, 0.0))  # the share of the step done in it
+        work = tm.step.get(t, 0.0) - ahead
+        if background_probes:  # probes fill what idle time the share left
+            backlog = max(0.0, backlog - (idle - ahead))
             backlog += tm.probe.get(t, 0.0)
         else:  # the step's flight ends after the probe of the policy it made
             work += tm.probe.get(t, 0.0)
@@ -128,10 +129,11 @@ def main() -> None:
         probes = sum(tm.probe.values()) + tm.start
         print(f"{run}: measured wall {tm.wall:.1f} s; loop work {sum(tm.loop.values()):.1f} s, learner work "
               f"{sum(tm.step.values()) + probes:.1f} s (probes {probes:.1f} s of it)")
-        print(f"  replayed as run (lag {tm.lag})          {base:6.1f} s")
+        width = max(map(len, SCHEDULES))
+        print(f"  {f'replayed as run (lag {tm.lag})':{width}s} {base:6.1f} s")
         for label, kw in SCHEDULES.items():
             w = replay(tm, **kw)
-            print(f"  {label:32s} {w:6.1f} s  ({w - base:+.1f} s, {w / base:.2f}x the replay)")
+            print(f"  {label:{width}s} {w:6.1f} s  ({w - base:+.1f} s, {w / base:.2f}x the replay)")
 
 
 if __name__ == "__main__":

@@ -22,12 +22,19 @@ DATA = SHARED / "data"
 # races them: CI stops 50 and 55 passed every test, then died with SIGSEGV after the fault handler was gone, so
 # nothing printed. Everything Python-level still runs first (fixtures, pytest_unconfigure, every other atexit
 # handler: this one is registered before all but logging's, and atexit runs the last registered first). Only in
-# the process that ran the session, only with a thread beside the main one alive; the exit status is the session's.
+# the process that ran the session, after pytest_unconfigure ended without an error and with a thread beside the main
+# one alive; the exit status is the session's, which is what pytest returns then.
 _FINISHED: dict = {}
 
 
 def pytest_sessionfinish(session) -> None:
-    _FINISHED.update(pid=os.getpid(), session=session)
+    _FINISHED["session"] = session
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_unconfigure(config):
+    yield  # re-raises if an unconfigure hook failed: the interpreter then ends as usual, with pytest's own status
+    _FINISHED["pid"] = os.getpid()
 
 
 def threads_alive() -> int:
@@ -39,14 +46,14 @@ def threads_alive() -> int:
 
 
 def _leave_without_native_teardown() -> None:
-    if _FINISHED.get("pid") != os.getpid() or threads_alive() <= 1:
-        return  # a forked child, a session that never finished, or nothing running beside the main thread
+    if _FINISHED.get("pid") != os.getpid() or "session" not in _FINISHED or threads_alive() <= 1:
+        return  # a forked child, no session or an unfinished one, or nothing running beside the main thread
     logging.shutdown()  # the one atexit handler registered before this one (pytest imports logging)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # pytest's status for a closed stdout is its own: leave it to the usual exit
     os._exit(int(_FINISHED["session"].exitstatus))
 
 

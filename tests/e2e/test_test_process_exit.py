@@ -37,12 +37,24 @@ def test_fails_when_told():
 '''
 
 
-def _run(tmp: Path, thread: bool, fail: bool) -> tuple[subprocess.CompletedProcess, set[str]]:
-    out = tmp / f"out-{int(thread)}{int(fail)}"
+BROKEN_UNCONFIGURE = '''
+import os
+
+
+def pytest_unconfigure(config):
+    if os.environ.get("PROBE_BREAK_UNCONFIGURE") == "1":
+        raise RuntimeError("an unconfigure hook failed")
+'''
+
+
+def _run(tmp: Path, thread: bool, fail: bool, broken: bool = False
+         ) -> tuple[subprocess.CompletedProcess, set[str]]:
+    out = tmp / f"out-{int(thread)}{int(fail)}{int(broken)}"
     out.mkdir()
     (tmp / "test_probe.py").write_text(PROBE)
+    (tmp / "conftest.py").write_text(BROKEN_UNCONFIGURE)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PROBE_OUT": str(out), "PROBE_THREAD": str(int(thread)),
-           "PROBE_FAIL": str(int(fail))}
+           "PROBE_FAIL": str(int(fail)), "PROBE_BREAK_UNCONFIGURE": str(int(broken))}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest",
                         "--rootdir", str(tmp), str(tmp / "test_probe.py")], cwd=tmp, env=env, capture_output=True,
                        text=True, timeout=120)
@@ -61,4 +73,12 @@ def test_a_lingering_thread_skips_only_the_native_teardown_and_keeps_the_status(
 def test_without_a_lingering_thread_the_interpreter_ends_as_usual(tmp_path):
     r, seen = _run(tmp_path, thread=False, fail=True)
     assert r.returncode == 1 and "1 failed, 1 passed" in r.stdout, r.stdout + r.stderr
+    assert seen == {"atexit", "finalised"}
+
+
+def test_a_failing_unconfigure_hook_keeps_pytests_own_status(tmp_path):
+    """Every test passed, but a hook after the session failed: pytest's status (not the session's 0) and the
+    usual teardown."""
+    r, seen = _run(tmp_path, thread=True, fail=False, broken=True)
+    assert r.returncode != 0 and "an unconfigure hook failed" in r.stderr, r.stdout + r.stderr
     assert seen == {"atexit", "finalised"}

@@ -10,8 +10,10 @@ bench/perf/learner_speed.py). Here:
 * **The prompt once**: its rows run once and every completion row attends to its keys (as
   ``logprobs._shared_prompt_logits``; gradients flow into it from all G rows).
 * **Only real tokens**: the activations are one 2-D tensor (prompt rows, then each completion's input tokens
-  packed), so a short row's padding never enters a linear layer, a norm or the LM head; attention reads the
-  completions padded (B, heads, L, D) through one index.
+  packed), so a short row's padding never enters a linear layer, a norm, the attention or the LM head. Each
+  completion attends over the prompt's keys and its own in a call of its own: padded to the longest row, a
+  group with one long completion (a row cut at the token budget beside short ones) paid attention for every row
+  at that length, ~1.4-1.7x the attention of the runs' groups, 4.7x for the most uneven (docs/TRAINING.md).
 * **A LoRA layer is one more small product added into the base output** (``addmm`` with the scaled B), not
   peft's four ops and their backward.
 * **The LM head only where a completion token is predicted.**
@@ -93,16 +95,16 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     m = idx.numel()
     ids = torch.cat([torch.tensor(list(prompt), dtype=torch.long), targets[row, col]]).to(dev)
     pos = torch.cat([torch.arange(p), p + col]).to(dev)
-    targets, mask, idx_d = targets.to(dev), mask.to(dev), idx.to(dev)
+    targets, mask = targets.to(dev), mask.to(dev)
     x = F.embedding(ids, inner.embed_tokens.weight)
     cos, sin = _rope_at(inner, pos, x.dtype)
     n = x.shape[0]
     see = torch.ones((n_in, p + n_in), dtype=torch.bool, device=dev).tril(p)  # the prompt, then causal
     gqa = hkv != h
+    sizes = [k - 1 for k in lens]  # each completion's packed input rows, in order
 
-    def padded(t: torch.Tensor) -> torch.Tensor:  # (m, heads, d) packed -> (b, heads, n_in, d)
-        full = t.new_zeros((b * n_in, t.shape[1], d)).index_copy(0, idx_d, t)
-        return full.view(b, n_in, t.shape[1], d).transpose(1, 2)
+    def own(t: torch.Tensor) -> list[torch.Tensor]:  # (m, heads, d) packed -> per row (1, heads, n_i, d)
+        return [r.transpose(0, 1)[None] for r in t.split(sizes)]
 
     for layer in inner.layers:
         att, mlp = layer.self_attn, layer.mlp
@@ -114,11 +116,11 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
         qp, kp, vp = (t.transpose(0, 1)[None] for t in (qp, kp, vp))
         a = F.scaled_dot_product_attention(qp, kp, vp, is_causal=p > 1, enable_gqa=gqa)[0].transpose(0, 1)
         a = a.reshape(p, h * d)
-        if m:
-            keys = torch.cat([kp.expand(b, -1, -1, -1), padded(kc)], dim=2)
-            vals = torch.cat([vp.expand(b, -1, -1, -1), padded(vc)], dim=2)
-            ac = F.scaled_dot_product_attention(padded(qc), keys, vals, attn_mask=see, enable_gqa=gqa)
-            a = torch.cat([a, ac.transpose(1, 2).reshape(b * n_in, h * d).index_select(0, idx_d)])
+        if m:  # each completion over [the prompt's keys ; its own], its rows packed back in order
+            a = torch.cat([a, *(F.scaled_dot_product_attention(
+                qi, torch.cat([kp, ki], dim=2), torch.cat([vp, vi], dim=2), attn_mask=see[:r, :p + r],
+                enable_gqa=gqa)[0].transpose(0, 1).reshape(r, h * d)
+                for r, qi, ki, vi in zip(sizes, own(qc), own(kc), own(vc)) if r)])
         x = x + _linear(a, att.o_proj)
         hn = _rms(x, layer.post_attention_layernorm.weight, eps)
         x = x + _linear(F.silu(_linear(hn, mlp.gate_proj)) * _linear(hn, mlp.up_proj), mlp.down_proj)

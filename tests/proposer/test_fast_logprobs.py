@@ -92,9 +92,10 @@ def test_group_forward_equals_transformers(arch, adapter):
 
 
 def test_one_token_completions():
-    """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row)."""
+    """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row); and
+    one long row beside short ones, each row attending over its own length."""
     model = _lora(_llama(seed=3))
-    for lengths in ([1, 1, 1], [1, 4, 1]):
+    for lengths in ([1, 1, 1], [1, 4, 1], [2, 40, 1, 3]):
         prompt, comps = _group(model.config.vocab_size, lengths, seed=len(lengths))
         fast, hf = _both(model, prompt, comps, 1.0, 1.0)
         assert float((fast[0] - hf[0]).abs().max()) < 1e-5

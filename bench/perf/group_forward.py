@@ -35,6 +35,8 @@ def run_groups(runs: list[Path]) -> list[tuple[list[int], list[list[int]]]]:
 
     out = []
     for run in runs:
+        if not (run / ARCHIVE_NAME).is_file():
+            sys.exit(f"group_forward: {run} is not a run folder (no {ARCHIVE_NAME} in it)")
         with Archive(run / ARCHIVE_NAME, readonly=True) as a:
             for g in a.groups_by_id(a.group_ids()):
                 comps = [c for c in g.completions if c.token_ids and c.prompt_token_ids]

@@ -57,8 +57,8 @@ def attention_waste(groups: list[tuple[list[int], list[list[int]]]]) -> float:
 
 
 def worker(tree: Path, groups_file: Path, out: Path, inner: int) -> None:
-    """In ``tree``'s code: each group's forward + backward and no-grad forward, medians of ``inner``; the first
-    pass's log-probs to ``out`` + ``.pt``."""
+    """In ``tree``'s code: each group's forward + backward and reference forward (no gradients, the adapter off),
+    medians of ``inner``; the first pass's log-probs to ``out`` + ``.pt``."""
     sys.path.insert(0, str(tree))
     import torch
 
@@ -86,7 +86,7 @@ def worker(tree: Path, groups_file: Path, out: Path, inner: int) -> None:
             logp.sum().backward()
             tt.append(time.perf_counter() - t)
             t = time.perf_counter()
-            with torch.no_grad():
+            with torch.no_grad(), model.disable_adapter():  # as PolicyTrainer's reference: the base model
                 fast_logprobs.group_logprobs(model, prompt, comps)
             tr.append(time.perf_counter() - t)
             if i == 0:

@@ -6,6 +6,7 @@ row cut at the token budget beside short ones), and attention padded to the long
 that length; a sampled bench group is nearly even. Each tree times the same groups on the bundled tiny model with a
 rank-8 LoRA (one torch thread, the campaign's), in a process of its own, the trees interleaved; the medians of
 --repeats processes are compared, and so are the two trees' log-probs (they agree to fp32 rounding, not bits).
+Both trees run in fp32 (``train.frozen_dtype fp32``); bench/perf/frozen_dtype.py sets fp32 against bf16.
 
     python bench/perf/group_forward.py --baseline REV [RUN ...] [--repeats 3]
 
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_groups(runs: list[Path]) -> list[tuple[list[int], list[list[int]]]]:
+def run_groups(runs: list[Path], who: str = "group_forward") -> list[tuple[list[int], list[list[int]]]]:
     """(prompt ids, completions' ids) of every group of ``runs`` with a non-empty completion (the trainer drops
     empty ones), as a step trains on them."""
     sys.path.insert(0, str(ROOT))
@@ -36,7 +37,7 @@ def run_groups(runs: list[Path]) -> list[tuple[list[int], list[list[int]]]]:
     out = []
     for run in runs:
         if not (run / ARCHIVE_NAME).is_file():
-            sys.exit(f"group_forward: {run} is not a run folder (no {ARCHIVE_NAME} in it)")
+            sys.exit(f"{who}: {run} is not a run folder (no {ARCHIVE_NAME} in it)")
         with Archive(run / ARCHIVE_NAME, readonly=True) as a:
             for g in a.groups_by_id(a.group_ids()):
                 comps = [c for c in g.completions if c.token_ids and c.prompt_token_ids]

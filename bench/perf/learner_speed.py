@@ -98,18 +98,21 @@ def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) 
 def step_times(be, prompt: str, repeats: int) -> dict:
     """One step on a campaign's group of 8 (one prompt, sampled completions): the general step (pi_old,
     reference, training forward, movement; each row its own prompt) vs the lean one (movement off, as on 9 of
-    10 campaign steps), lean with movement, and lean through transformers' forward (fast_forward off: the lean
-    step before proposer/backends/fast_logprobs.py)."""
+    10 campaign steps), lean with movement, lean through transformers' forward (fast_forward off: the lean
+    step before proposer/backends/fast_logprobs.py), and lean with the LoRA's frozen base products in bf16
+    (``frozen_bf16``, the campaign default where the CPU has AMX; the others here are fp32)."""
     g = be.generate([prompt], 8, SamplingParams(temperature=1.0, max_tokens=384, seed=1))[0]
     samples = [TrainSample.from_completion(c, a) for c, a in zip(g, [1, -1, .5, -.5, 0, 1, -1, 0])]
     cfgs = {"general": dict(lean=False, shared_prompt=False, movement=True), "lean": dict(movement=False),
-            "lean_with_movement": dict(movement=True), "lean_transformers": dict(movement=False, fast_forward=False)}
+            "lean_with_movement": dict(movement=True), "lean_transformers": dict(movement=False, fast_forward=False),
+            "lean_frozen_bf16": dict(movement=False, frozen_bf16=True)}
     trainers = {k: PolicyTrainer(be.model, TrainConfig(lr=0.0, **v)) for k, v in cfgs.items()}
     out = {k: median_time(lambda t=t: t.step(samples), repeats) for k, t in trainers.items()}
     out["completion_tokens"] = sum(len(s.completion_ids) for s in samples)
     out["ratio"] = out["general"] / out["lean"]
     out["ratio_with_movement"] = out["general"] / out["lean_with_movement"]
     out["ratio_transformers"] = out["general"] / out["lean_transformers"]
+    out["ratio_frozen_bf16"] = out["general"] / out["lean_frozen_bf16"]
     with tempfile.TemporaryDirectory() as tmp:  # each step's adapter snapshot (evolve/training/campaign.py)
         n = iter(range(10**6))
         out["snapshot_peft_ms"] = 1e3 * median_time(lambda: be.model.save_pretrained(f"{tmp}/{next(n)}"), 5 * repeats)
@@ -121,7 +124,8 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_thread": ["--train", "vpo", "--set", "train.learner=thread"],  # the overlapped step on the thread
         "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"],  # the step in the loop's thread
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"],  # forwards via transformers
-        "vpo_lag2": ["--train", "vpo", "--set", "train.lag=2"]}  # two steps in flight: one more version of staleness
+        "vpo_lag2": ["--train", "vpo", "--set", "train.lag=2"],  # two steps in flight: one more version of staleness
+        "vpo_fp32": ["--train", "vpo", "--set", "train.frozen_dtype=fp32"]}  # the learner's products all in fp32
 
 
 OLD = "@baseline"  # the suffix of an arm run by the tree of --baseline
@@ -306,7 +310,8 @@ def main() -> None:
         print(f"training step on a group of 8 ({st['completion_tokens']} completion tokens): general "
               f"{st['general']:.3f} s, lean {st['lean']:.3f} s ({st['ratio']:.2f}x), lean with movement "
               f"{st['lean_with_movement']:.3f} s ({st['ratio_with_movement']:.2f}x), lean through transformers' "
-              f"forward {st['lean_transformers']:.3f} s ({st['ratio_transformers']:.2f}x)")
+              f"forward {st['lean_transformers']:.3f} s ({st['ratio_transformers']:.2f}x), lean with the frozen "
+              f"base products in bf16 {st['lean_frozen_bf16']:.3f} s ({st['ratio_frozen_bf16']:.2f}x)")
         print(f"the step's adapter snapshot: peft's save_pretrained {st['snapshot_peft_ms']:.1f} ms, save_lora "
               f"{st['snapshot_lean_ms']:.1f} ms (the same files but the model card)")
     if args.campaigns:
@@ -317,7 +322,8 @@ def main() -> None:
         names = {"none": "untrained", "vpo": "trained", "vpo_thread": "trained with the step on the learner thread",
                  "vpo_in_loop": "trained with the step in the loop",
                  "vpo_transformers": "trained through transformers' forward",
-                 "vpo_lag2": "trained with two steps in flight (train.lag 2)"}
+                 "vpo_lag2": "trained with two steps in flight (train.lag 2)",
+                 "vpo_fp32": "trained with every product in fp32 (train.frozen_dtype fp32)"}
         names.update({baseline_arm(a): f"{names[a]} by {args.baseline}" for a in ARMS})
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))

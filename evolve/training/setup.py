@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from proposer.backends.fast_logprobs import frozen_bf16_pays
 from proposer.errors import TrainingError
 from proposer.training.trainer import PolicyTrainer, TrainConfig
 
@@ -25,6 +26,7 @@ def training_config(cfg: CampaignConfig) -> TrainConfig:
                        minibatch=t.minibatch or min(8, t.batch * cfg.trained_group), micro_batch=t.micro_batch,
                        max_seq_len=t.max_seq_len, gradient_checkpointing=t.grad_checkpointing,
                        bf16_autocast_on_gpu=t.autocast == "bf16", fast_forward=t.fast_forward,
+                       frozen_bf16=t.frozen_dtype == "bf16" or (t.frozen_dtype == "auto" and frozen_bf16_pays()),
                        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p)
 
 

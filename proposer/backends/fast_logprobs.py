@@ -17,6 +17,14 @@ bench/perf/learner_speed.py). Here:
 * **A LoRA layer is one more small product added into the base output** (``addmm`` with the scaled B), not
   peft's four ops and their backward.
 * **The LM head only where a completion token is predicted.**
+* **Optionally, the frozen base weights multiplied in bf16** (``frozen_bf16``; the campaign's ``train.frozen_dtype``,
+  bf16 by default where the CPU has AMX tiles). A LoRA layer's base product is most of a step's arithmetic, and the
+  AMX units of the CPUs here multiply bf16 at ~1.1-1.4 TFLOP/s against fp32's ~186 GFLOP/s (one thread; a step gains
+  less, ~1.2x, as the rest of it is memory traffic: bench/perf/frozen_dtype.py). The base weight is cast once (a
+  bf16 copy kept per layer), the layer's input per call, and the product (fp32 accumulation) returned in fp32; the
+  adapter's products, the norms, RoPE, attention, the LM head and the log-softmax stay fp32, and gradients reach
+  only the adapter, as before. Log-probs then differ from fp32's by ~1e-3 on average (docs/TRAINING.md); the
+  reference (the same base, the adapter off) is taken the same way, so a fresh adapter's KL is still exactly 0.
 
 The same function as transformers' forward, op for op (RMSNorm, RoPE from the model's own ``inv_freq``, SDPA),
 so it agrees to fp32 rounding: on the bundled model, log-probs near -30 within 7.6e-6 (a few ulps: the prompt's
@@ -27,6 +35,7 @@ or none (full fine-tuning: gradients reach the weights themselves).
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
@@ -54,12 +63,46 @@ def supports(model: torch.nn.Module) -> bool:
     return True
 
 
-def _linear(x: torch.Tensor, lin: torch.nn.Module) -> torch.Tensor:
-    """What ``lin`` (an ``nn.Linear`` or a peft LoRA layer around one) computes on the rows ``x`` (N, in)."""
+def frozen_bf16_pays() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX tiles), where ``frozen_bf16`` was measured to pay; elsewhere
+    a bf16 product can be slower than fp32's."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+# a LoRA layer's base Linear -> ((its weight's storage and version when copied), the bf16 copy)
+_BF16_COPIES: "weakref.WeakKeyDictionary[torch.nn.Module, tuple[tuple[int, int], torch.Tensor]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def _bf16_copy(base: torch.nn.Module) -> torch.Tensor | None:
+    """A bf16 copy of ``base``'s weight if it is frozen fp32 on the CPU (made once, again if the weight was changed
+    in place), else None: a trained or low-precision weight keeps its own product."""
+    w = base.weight
+    if w.requires_grad or w.dtype != torch.float32 or w.device.type != "cpu":
+        return None
+    key = (w.data_ptr(), w._version)
+    hit = _BF16_COPIES.get(base)
+    if hit is None or hit[0] != key:
+        hit = _BF16_COPIES[base] = (key, w.detach().to(torch.bfloat16))
+    return hit[1]
+
+
+def _linear(x: torch.Tensor, lin: torch.nn.Module, frozen_bf16: bool = False) -> torch.Tensor:
+    """What ``lin`` (an ``nn.Linear`` or a peft LoRA layer around one) computes on the rows ``x`` (N, in);
+    ``frozen_bf16``: a LoRA layer's frozen base product in bf16 (see the module docstring)."""
     base = getattr(lin, "base_layer", None)
     if base is None:
         return F.linear(x, lin.weight, lin.bias)
-    y = F.linear(x, base.weight, base.bias)
+    w16 = _bf16_copy(base) if frozen_bf16 and not getattr(lin, "merged", False) else None
+    if w16 is None:
+        y = F.linear(x, base.weight, base.bias)
+    else:
+        y = F.linear(x.to(torch.bfloat16), w16).float()
+        if base.bias is not None:
+            y = y + base.bias
     for name in active_adapters(lin):
         a, bs = lin.lora_A[name].weight, lin.lora_B[name].weight * lin.scaling[name]
         if a.dtype == y.dtype:  # in place (the base product's backward does not read its output): no copy of y
@@ -70,11 +113,12 @@ def _linear(x: torch.Tensor, lin: torch.nn.Module) -> torch.Tensor:
 
 
 def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: Sequence[Sequence[int]],
-                   temperature: float = 1.0, top_p: float = 1.0, with_argmax: bool = False
-                   ) -> tuple[torch.Tensor, ...]:
+                   temperature: float = 1.0, top_p: float = 1.0, with_argmax: bool = False,
+                   frozen_bf16: bool = False) -> tuple[torch.Tensor, ...]:
     """``completion_logprobs`` of one group: per-token log-probs (B, T_c) of each completion after the shared
     ``prompt``, the mask, and with_argmax the greedy token at each position; gradients flow unless the caller
-    runs it under ``torch.no_grad()``. Every completion needs at least one token."""
+    runs it under ``torch.no_grad()``. Every completion needs at least one token. ``frozen_bf16``: the LoRA
+    layers' frozen base products in bf16 (the module docstring)."""
     base = base_model(model)
     cfg, inner = base.config, base.model
     dev = inner.embed_tokens.weight.device
@@ -101,6 +145,7 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     n = x.shape[0]
     see = torch.ones((n_in, p + n_in), dtype=torch.bool, device=dev).tril(p)  # the prompt, then causal
     gqa = hkv != h
+    bf = frozen_bf16
     sizes = [k - 1 for k in lens]  # each completion's packed input rows, in order
 
     def own(t: torch.Tensor) -> list[torch.Tensor]:  # (m, heads, d) packed -> per row (1, heads, n_i, d)
@@ -109,9 +154,9 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     for layer in inner.layers:
         att, mlp = layer.self_attn, layer.mlp
         hn = _rms(x, layer.input_layernorm.weight, eps)
-        q = _rope(_linear(hn, att.q_proj).view(n, h, d), cos, sin)
-        k = _rope(_linear(hn, att.k_proj).view(n, hkv, d), cos, sin)
-        v = _linear(hn, att.v_proj).view(n, hkv, d)
+        q = _rope(_linear(hn, att.q_proj, bf).view(n, h, d), cos, sin)
+        k = _rope(_linear(hn, att.k_proj, bf).view(n, hkv, d), cos, sin)
+        v = _linear(hn, att.v_proj, bf).view(n, hkv, d)
         (qp, qc), (kp, kc), (vp, vc) = q.split([p, m]), k.split([p, m]), v.split([p, m])
         qp, kp, vp = (t.transpose(0, 1)[None] for t in (qp, kp, vp))
         a = F.scaled_dot_product_attention(qp, kp, vp, is_causal=p > 1, enable_gqa=gqa)[0].transpose(0, 1)
@@ -121,9 +166,9 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
                 qi, torch.cat([kp, ki], dim=2), torch.cat([vp, vi], dim=2), attn_mask=see[:r, :p + r],
                 enable_gqa=gqa)[0].transpose(0, 1).reshape(r, h * d)
                 for r, qi, ki, vi in zip(sizes, own(qc), own(kc), own(vc)) if r)])
-        x = x + _linear(a, att.o_proj)
+        x = x + _linear(a, att.o_proj, bf)
         hn = _rms(x, layer.post_attention_layernorm.weight, eps)
-        x = x + _linear(F.silu(_linear(hn, mlp.gate_proj)) * _linear(hn, mlp.up_proj), mlp.down_proj)
+        x = x + _linear(F.silu(_linear(hn, mlp.gate_proj, bf)) * _linear(hn, mlp.up_proj, bf), mlp.down_proj, bf)
     # the prompt's last row predicts every completion's token 0; packed row (i, j) predicts token j + 1 of row i
     logits = _linear(_rms(x[p - 1:], inner.norm.weight, eps), base.lm_head)
     tok = targets[row.to(dev), col.to(dev) + 1] if m else targets.new_zeros(0)

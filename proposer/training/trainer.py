@@ -44,7 +44,8 @@ the loss and gradients are the general step's (tests/proposer/test_training.py) 
 ``movement=False`` skips the movement forward (its keys are then absent from the stats). The reference forward
 can be taken ahead by another trainer of the same model (``reference``, then ``step(samples, refs=...)``). With
 ``fast_forward`` a group on CPU runs the forwards in plain torch (``proposer/backends/fast_logprobs.py``: the same
-function as transformers', its padding never computed, ~1/5 less time per step) where the model's layout allows.
+function as transformers', its padding never computed, ~1/5 less time per step) where the model's layout allows;
+with ``frozen_bf16`` that forward multiplies a LoRA's frozen base weights in bf16 (the same for the reference).
 
 Policy movement, logged by ``step()`` when ``movement`` (one extra forward without gradients): ``policy_kl`` (mean over the
 step's completion tokens of r log r - r + 1, r = pi_new / pi_old: a non-negative importance estimate of
@@ -130,6 +131,7 @@ class TrainConfig:
     shared_prompt: bool = True  # a group's shared prompt runs once per forward (not with gradient checkpointing)
     movement: bool = True  # log policy_kl / mean_abs_dlogp / greedy_changed (one more forward, no gradients)
     fast_forward: bool = True  # a group on CPU (Llama family): the plain-torch forward (backends/fast_logprobs.py)
+    frozen_bf16: bool = False  # in that forward, the LoRA's frozen base weights multiplied in bf16 (fp32 otherwise)
 
     def __post_init__(self) -> None:
         checks = [("lr", self.lr >= 0), ("clip_eps", self.clip_eps > 0), ("kl_beta", self.kl_beta >= 0),
@@ -258,7 +260,7 @@ class PolicyTrainer:
         if (shared and self.cfg.fast_forward and all(p == prompts[0] for p in prompts) and all(comps)
                 and _device(model).type == "cpu" and fast_logprobs.supports(model)):
             return fast_logprobs.group_logprobs(model, prompts[0], comps, self.cfg.temperature, self.cfg.top_p,
-                                                with_argmax=with_argmax)
+                                                with_argmax=with_argmax, frozen_bf16=self.cfg.frozen_bf16)
         return completion_logprobs(model, prompts, comps, temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                    bf16_autocast=self.cfg.bf16_autocast_on_gpu, with_argmax=with_argmax,
                                    shared_prompt=shared)

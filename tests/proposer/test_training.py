@@ -284,6 +284,26 @@ def test_lean_step_equals_the_general_step(lora):
     assert lean["policy_kl"] == 0.0  # lr 0: nothing moved
 
 
+def test_lean_step_equals_the_general_step_with_frozen_bf16():
+    """With the LoRA's frozen base products in bf16 (``frozen_bf16``, the campaign default where the CPU has AMX)
+    both steps take the plain-torch group forward, and the lean one still has the general one's loss, statistics
+    and gradients (<= 1e-4), while both differ from the fp32 step (the switch acts)."""
+    from proposer.training.lora import wrap_lora
+
+    model = wrap_lora(tiny_llama(seed=5), rank=4)
+    for n, p in model.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0.0, 0.1)
+    samples = _group(model=model)
+    general_g, general = _grads_and_stats(model, samples, lean=False, frozen_bf16=True)
+    lean_g, lean = _grads_and_stats(model, samples, frozen_bf16=True)
+    fp32_g, _ = _grads_and_stats(model, samples)
+    for key in ("loss", "pg_loss", "kl", "clip_frac", "mean_ratio", "is_weight", "behaviour_gap"):
+        assert lean[key] == pytest.approx(general[key], abs=1e-4), key
+    assert max(float((a - b).abs().max()) for a, b in zip(lean_g, general_g)) <= 1e-4
+    assert max(float((a - b).abs().max()) for a, b in zip(lean_g, fp32_g)) > 1e-6
+
+
 def test_lean_step_moves_the_policy_as_the_general_step_does():
     """The same update from both paths: after one real step (lr 1e-2) the two models' weights agree."""
     samples = _group(seed=1, model=tiny_llama(seed=2))

@@ -340,6 +340,14 @@ def test_every_training_knob_reaches_the_trainer():
             tc.epochs, tc.temperature, tc.top_p, tc.is_cap) == (0.1, 0.0, 2, 4, 512, True, 2, 0.7, 0.95, 3.0)
     assert training_config(load_config(None, {"train.algo": "vpo", "train.batch": 3, "train.group": 2})).minibatch == 6
     assert training_config(load_config(None, {"train.algo": "vpo"})).minibatch == 8  # the shipped step: one group of 8
+    from proposer.backends.fast_logprobs import frozen_bf16_pays
+
+    bf16 = {v: training_config(load_config(None, {"train.algo": "vpo", "train.frozen_dtype": v})).frozen_bf16
+            for v in ("bf16", "fp32", "auto")}
+    assert bf16 == {"bf16": True, "fp32": False, "auto": frozen_bf16_pays()}
+    assert training_config(load_config(None, {"train.algo": "vpo"})).frozen_bf16 == frozen_bf16_pays()
+    with pytest.raises(ConfigError, match="frozen_dtype"):
+        load_config(None, {"train.algo": "vpo", "train.frozen_dtype": "fp16"})
     kw = backend_kwargs(cfg)
     assert kw["chat"] is True and kw["gpu_memory_utilization"] == 0.5 and kw["max_lora_rank"] == 128
     assert backend_kwargs(load_config(None, {"proposer.spec": "tiny"}))["chat"] == "auto"

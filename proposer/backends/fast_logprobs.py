@@ -21,7 +21,8 @@ bench/perf/learner_speed.py). Here:
   bf16 by default where the CPU has AMX tiles). A LoRA layer's base product is most of a step's arithmetic, and the
   AMX units of the CPUs here multiply bf16 at ~1.1-1.4 TFLOP/s against fp32's ~186 GFLOP/s (one thread; a step gains
   less, ~1.2x, as the rest of it is memory traffic: bench/perf/frozen_dtype.py). The base weight is cast once (a
-  bf16 copy kept per layer), the layer's input per call, and the product (fp32 accumulation) returned in fp32; the
+  bf16 copy kept per layer: half the frozen weights' fp32 size more memory in each process that runs this), the
+  layer's input per call, and the product (fp32 accumulation) returned in fp32; the
   adapter's products, the norms, RoPE, attention, the LM head and the log-softmax stay fp32, and gradients reach
   only the adapter, as before. Log-probs then differ from fp32's by ~1e-3 on average (docs/TRAINING.md); the
   reference (the same base, the adapter off) is taken the same way, so a fresh adapter's KL is still exactly 0.

@@ -215,9 +215,9 @@ class TrainSection(StrictModel):
     fast_forward: bool = Field(True, description="on CPU, a group's training forwards in plain torch (the same "
                                "function as transformers', padding skipped; Llama-family models with plain LoRA), "
                                "else through transformers")
-    frozen_dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="on CPU, the dtype that plain-torch "
-                                                         "forward (training and reference) multiplies a LoRA's "
-                                                         "frozen base weights in (fp32 accumulation; the adapter, "
+    frozen_dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="on CPU, the dtype the plain-torch "
+                                                         "forward of train.fast_forward (training and reference) "
+                                                         "multiplies a LoRA's frozen base weights in (fp32 accumulation; the adapter, "
                                                          "norms, attention and LM head stay fp32); auto: bf16 where "
                                                          "the CPU has AMX tiles (a lean step ~1.25x faster; "
                                                          "log-probs ~1e-3 from fp32's; a bf16 copy of those weights, "

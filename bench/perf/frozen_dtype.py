@@ -33,20 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from bench.perf.group_forward import run_groups  # noqa: E402
-from proposer.backends import fast_logprobs, make_backend  # noqa: E402
-from proposer.training.lora import wrap_lora  # noqa: E402
+from bench.perf.group_forward import run_groups, tiny_lora  # noqa: E402
+from proposer.backends import fast_logprobs  # noqa: E402
 from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample  # noqa: E402
-
-
-def lora_model(b_std: float):
-    be = make_backend("tiny", device="cpu", threads=1)
-    torch.manual_seed(0)
-    model = wrap_lora(be.model, rank=8)
-    for name, p in model.named_parameters():
-        if "lora_B" in name and b_std:
-            p.data.normal_(0.0, b_std)
-    return model
 
 
 def timings(model, groups, bf16: bool) -> tuple[float, float]:
@@ -85,7 +74,7 @@ def trajectories(groups) -> list[tuple[int, str, float, float]]:
     arms = {"fp32": {}, "bf16": dict(frozen_bf16=True), "fp32 via transformers": dict(fast_forward=False)}
     paths = {}
     for name, kw in arms.items():
-        trainer = PolicyTrainer(lora_model(0.0), TrainConfig(lr=1e-3, minibatch=64, kl_beta=1e-3, **kw))
+        trainer = PolicyTrainer(tiny_lora(0.0), TrainConfig(lr=1e-3, minibatch=64, kl_beta=1e-3, **kw))
         start = torch.cat([p.detach().flatten().clone() for p in trainer.params])
         paths[name] = []
         for (prompt, comps), adv in zip(groups, advantages):
@@ -121,7 +110,7 @@ def main() -> None:
                 sys.exit(f"frozen_dtype: the run to measure failed: {(made.stderr.strip().splitlines() or ['?'])[-1]}")
         groups = run_groups(runs, "frozen_dtype")[: args.groups]
     print(f"{len(groups)} groups, {sum(len(c) for _, cs in groups for c in cs)} completion tokens")
-    model = lora_model(0.02)
+    model = tiny_lora(0.02)
     t = {False: [], True: []}
     for _ in range(args.repeats):
         for bf16 in (False, True):

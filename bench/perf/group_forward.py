@@ -57,6 +57,23 @@ def attention_waste(groups: list[tuple[list[int], list[list[int]]]]) -> float:
     return padded / own if own else 1.0
 
 
+def tiny_lora(b_std: float = 0.02):
+    """The bundled tiny model (CPU, one thread) in a rank-8 LoRA, its B drawn from N(0, b_std) so a trained adapter
+    acts (0: a fresh adapter, B = 0), from seed 0; imported from whichever tree is first on ``sys.path``."""
+    import torch
+
+    from proposer.backends import make_backend
+    from proposer.training.lora import wrap_lora
+
+    be = make_backend("tiny", device="cpu", threads=1)
+    torch.manual_seed(0)
+    model = wrap_lora(be.model, rank=8)
+    for name, p in model.named_parameters():
+        if "lora_B" in name and b_std:
+            p.data.normal_(0.0, b_std)
+    return model
+
+
 def worker(tree: Path, groups_file: Path, out: Path, inner: int) -> None:
     """In ``tree``'s code: each group's forward + backward and reference forward (no gradients, the adapter off),
     medians of ``inner``; the first pass's log-probs to ``out`` + ``.pt``."""
@@ -64,16 +81,10 @@ def worker(tree: Path, groups_file: Path, out: Path, inner: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from proposer.backends import fast_logprobs, make_backend
-    from proposer.training.lora import wrap_lora
+    from proposer.backends import fast_logprobs
 
     groups = json.loads(groups_file.read_text())
-    be = make_backend("tiny", device="cpu", threads=1)
-    torch.manual_seed(0)
-    model = wrap_lora(be.model, rank=8)
-    for name, p in model.named_parameters():  # a trained adapter acts: B is not zero
-        if "lora_B" in name:
-            p.data.normal_(0.0, 0.02)
+    model = tiny_lora(0.02)  # a trained adapter acts: B is not zero
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     logps, train, ref = [], [], []

@@ -217,11 +217,12 @@ class TrainSection(StrictModel):
                                "else through transformers")
     frozen_dtype: Literal["auto", "bf16", "fp32"] = Field("auto", description="on CPU, the dtype the plain-torch "
                                                          "forward of train.fast_forward (training and reference) "
-                                                         "multiplies a LoRA's frozen base weights in (fp32 accumulation; the adapter, "
-                                                         "norms, attention and LM head stay fp32); auto: bf16 where "
-                                                         "the CPU has AMX tiles (a lean step ~1.25x faster; "
-                                                         "log-probs ~1e-3 from fp32's; a bf16 copy of those weights, "
-                                                         "half their size, in each process that runs it), else fp32")
+                                                         "multiplies a LoRA's frozen base weights in (fp32 "
+                                                         "accumulation; the adapter, norms, attention and LM head "
+                                                         "stay fp32); auto: bf16 where the CPU has AMX tiles (a lean "
+                                                         "step ~1.25x faster; log-probs ~1e-3 from fp32's; a bf16 copy "
+                                                         "of those weights, half their size, in each process that "
+                                                         "runs it), else fp32")
     overlap: bool = Field(True, description="run each update beside the next iteration's generation "
                           "(train.learner), publishing it one iteration later (one version more stale); applies to "
                           "tiny / hf:PATH with the fast sampler, LoRA, one proposer and no CoVRL, else steps run "

@@ -20,8 +20,9 @@ def account(metrics: Sequence[Any], training: Sequence[Any]) -> dict[str, float]
                          if isinstance(r.data.get(k), (int, float))))
 
     # the last stamp: an iteration's, or a training step's published after the last iteration was recorded
-    wall = max((float(r.data["wall_seconds"]) for r in (*metrics, *training)
-                if isinstance(r.data.get("wall_seconds"), (int, float))), default=0.0)
+    # (or a probe's values added to a step's row after it: evolve/training/campaign.py)
+    wall = max((float(r.data[k]) for r in (*metrics, *training) for k in ("wall_seconds", "probe_wall_seconds")
+                if isinstance(r.data.get(k), (int, float))), default=0.0)
     return {"wall_seconds": round(wall, 3),
             "gen_seconds": round(total(metrics, "gen_seconds"), 3),
             "gen_tokens": int(total(metrics, "gen_tokens")),

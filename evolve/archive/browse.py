@@ -12,12 +12,14 @@ from .base import ArchiveBase
 class Browse(ArchiveBase):
     """`Archive`'s reads for the UI (``_query`` and ``n_evaluations`` from `ArchiveBase`)."""
 
-    def head(self) -> tuple[int, int]:
-        """(the newest program id, the newest training step; -1 before any): changes whenever the run commits.
-        Two primary-key lookups (MAX of an INTEGER PRIMARY KEY reads one b-tree edge)."""
+    def head(self) -> tuple[int, int, int]:
+        """(the newest program id, the newest training step; -1 before any, the training rows' later additions):
+        changes whenever the run commits, or a probe's values come after its step's row. Three primary-key
+        lookups (MAX of an INTEGER PRIMARY KEY reads one b-tree edge)."""
         n = self._query("SELECT COALESCE(MAX(id), 0) FROM programs")[0][0]
         steps = self._query("SELECT COALESCE(MAX(step), -1) FROM training")[0][0]
-        return int(n), int(steps)
+        rev = self._query("SELECT value FROM meta WHERE key = 'training_revision'")
+        return int(n), int(steps), int(rev[0][0]) if rev else 0
 
     def meta(self) -> dict[str, str]:
         """Every meta key with its value."""

@@ -1,14 +1,15 @@
 """What the campaign loop writes: one whole iteration per transaction (contract 2), a training step, a meta key."""
 from __future__ import annotations
 
+import json
 import sqlite3
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from .base import ArchiveBase
-from .schema import (COMPLETION_COLUMNS, GroupRecord, PortfolioRecord, ProgramRecord, _dumps_opt, _escape_text,
-                     _escaped_groups, _escaped_programs, _floats, bulk_insert, code_hash, encode_json,
+from .schema import (COMPLETION_COLUMNS, ArchiveError, GroupRecord, PortfolioRecord, ProgramRecord, _dumps_opt,
+                     _escape_text, _escaped_groups, _escaped_programs, _floats, bulk_insert, code_hash, encode_json,
                      encode_numbers)
 
 
@@ -113,6 +114,19 @@ class Writes(ArchiveBase):
         with self._transaction() as c:
             c.execute("INSERT INTO training(step, policy_version, data) VALUES (?, ?, ?)",
                       (step, policy_version, encode_json(data)))
+
+    def add_training_data(self, step: int, data: dict[str, Any]) -> None:
+        """Merge ``data`` into the recorded row of ``step``: the probes of its policy, sampled in the learner's
+        idle time, come after the row (evolve/training/campaign.py). The one change a training row gets; the meta
+        key ``training_revision`` counts them, so that a reader polling for changes (the UI) sees it."""
+        with self._transaction() as c:
+            row = c.execute("SELECT data FROM training WHERE step = ?", (step,)).fetchone()
+            if row is None:
+                raise ArchiveError(f"{self.path}: no training row at step {step} to add to")
+            merged = encode_json({**json.loads(row[0]), **data})
+            c.execute("UPDATE training SET data = ? WHERE step = ?", (merged, step))
+            c.execute("INSERT INTO meta(key, value) VALUES ('training_revision', '1') ON CONFLICT(key) "
+                      "DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
     def set_meta(self, key: str, value: str) -> None:
         """meta is the one mutable table (config, seed, problem list): a key is overwritten."""

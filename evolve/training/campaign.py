@@ -119,6 +119,10 @@ class CampaignTrainer:
         self._before: dict[str, Any] = {}
         self._flights: deque[_Flight] = deque()  # the steps on learner threads, oldest first (overlap; train.lag)
         self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
+        # probes left to the learner process's idle time: {iteration: version} of the recorded rows still waiting
+        # for theirs, and {iteration: (completions, the child's CPU seconds)} of those that came back
+        self._deferred: dict[int, int] = {}
+        self._received: dict[int, tuple[list, float]] = {}
         self._process: Any = None  # the learner process (train.learner: process), forked by `_fork`
         self._step_seconds = self._ahead_seconds = 0.0  # the last step's and the last `_reference_ahead`'s lengths
         self._load()
@@ -156,7 +160,7 @@ class CampaignTrainer:
 
         import torch
 
-        snap = f"step-{iteration}-v{self.version}"
+        snap = _snapshot_name(iteration, self.version)
         tmp = self.dir / (snap + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -183,8 +187,9 @@ class CampaignTrainer:
             return (int(it), int(v)) if it.isdigit() and v.isdigit() else (-1, -1)
 
         snaps = sorted((p for p in self.dir.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")), key=order)
+        probing = {_snapshot_name(it, v) for it, v in self._deferred.items()}  # a resume probes them again
         for p in snaps[:-KEEP_SNAPSHOTS]:
-            if p.name != keep:
+            if p.name != keep and p.name not in probing:
                 shutil.rmtree(p, ignore_errors=True)
 
     # --------------------------------------------------------------- hooks
@@ -195,6 +200,7 @@ class CampaignTrainer:
         if (self.dir / "state.json").is_file():
             snap = self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"]
             self._publish(snap)
+            self._probe_again(camp)
             done = {r.step for r in camp.archive.training_rows()}
             if self.last_iteration not in done and (snap / "stats.json").is_file():  # killed before the row
                 stats = json.loads((snap / "stats.json").read_text())
@@ -261,6 +267,7 @@ class CampaignTrainer:
         return iteration > 0 and iteration % self.cfg.train.every == 0 and iteration > self.last_iteration
 
     def __call__(self, camp: CampaignView, iteration: int) -> None:
+        self._collect(camp)  # the probes the learner process finished in its idle time since the last commit
         ahead = self._reference_ahead(camp, iteration)
         through = self._published_through(iteration)
         self._open_gates(through)  # (where no commit in between pinned the policy and opened them)
@@ -274,7 +281,8 @@ class CampaignTrainer:
         # probe (through the child, whose lock the next step holds until the publication: never, as its probe ran
         # on the learner thread, but a deadlock if it did)
         if last is not None and not (self._process is not None and self.due(iteration) and self._overlaps(camp)
-                                     and ("probe_seconds" in last.stats or not self._probe_due(last.stats))):
+                                     and ("probe_seconds" in last.stats or last.stats.get("probe_deferred")
+                                          or not self._probe_due(last.stats))):
             self._settle(camp, last)  # published before anything else is prepared
             last = None
         if self.due(iteration):
@@ -314,6 +322,7 @@ class CampaignTrainer:
         """At the campaign's end: the step still on the learner thread is finished and published (a baseline
         probe no step took is waited for and dropped: a later start takes it again)."""
         self.join(camp)
+        self._collect(camp, wait=True)
         early, self._early = self._early, None
         if early is not None:
             early.thread.join()
@@ -413,6 +422,13 @@ class CampaignTrainer:
         ``quiet``: on the learner thread (no progress line; the probes were built by the first step's baseline)."""
         if not self.cfg.train.probe_every:
             return {}
+        if not quiet:
+            camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
+        # with a learner process, the probes sample there: beside the loop's generation without sharing its lock
+        backend = self.backend if self._process is None else self._process.sampler(self.trainer, self.backend)
+        return self._prober(camp).run(backend, camp.evaluator, suffix)
+
+    def _prober(self, camp: CampaignView) -> Any:
         if self.prober is None:
             from .probe import Prober
 
@@ -420,11 +436,68 @@ class CampaignTrainer:
                                  group=self.cfg.train.probe_group, m=self.cfg.search.answers,
                                  temperature=self.cfg.sampling.temperature, max_tokens=self.cfg.sampling.max_tokens,
                                  style=camp.prompt_style)
-        if not quiet:
-            camp.reporter.phase(f"probing policy v{self.version} on fixed problems", announce=True)
-        # with a learner process, the probes sample there: beside the loop's generation without sharing its lock
-        backend = self.backend if self._process is None else self._process.sampler(self.trainer, self.backend)
-        return self.prober.run(backend, camp.evaluator, suffix)
+        return self.prober
+
+    def _probe_later(self, camp: CampaignView, iteration: int) -> dict[str, Any]:
+        """On the learner thread, once its step is done: the probe of the policy the step made, sampled in the
+        learner process's idle time (`LearnerProcess.start_probe`) instead of now, while the loop would wait for
+        it. The step's row is recorded without it (``probe_deferred``); `_collect` adds its values when it comes
+        back, the same draws as a probe taken now (the policy pinned in the child, the probes' seed)."""
+        prompts, n, params = self._prober(camp).request(self.backend, camp.evaluator)
+        self._process.start_probe(self.trainer, iteration, prompts, n, params)
+        return {"probe_deferred": True}
+
+    def _collect(self, camp: CampaignView, wait: bool = False) -> None:
+        """Score the probes the learner process sampled in its idle time and add them to their steps' rows
+        (``wait``: all of them, at the run's end). Their cost: the child's CPU seconds and the scoring here."""
+        if self._process is not None:
+            for it, groups, cpu in self._process.probe_results(wait):
+                self._received[it] = (groups, cpu)
+        done = sorted(set(self._received) & set(self._deferred))  # a step's row first, then its probe's values
+        for it in done:
+            (groups, cpu), version = self._received.pop(it), self._deferred.pop(it)
+            t = time.monotonic()
+            values = self._prober(camp).score(groups, self.backend, camp.evaluator)
+            values["probe_score_seconds"] = round(time.monotonic() - t, 4)  # in the loop: what it waited
+            values["probe_seconds"] = round(cpu + values["probe_score_seconds"], 4)
+            values["probe_wall_seconds"] = camp.wall_seconds()  # the run's wall includes it (a probe at the end)
+            camp.archive.add_training_data(it, values)
+            camp.reporter.event(f"probed policy v{version} (the step at iteration {it}):", kind="training",
+                                data={"iteration": it, "step": version, **values}, **training_fields(values))
+        if done:  # their snapshots need not be kept any longer
+            self._prune(keep=_snapshot_name(self.last_iteration, self.version))
+
+    def _probe_again(self, camp: CampaignView) -> None:
+        """At a resume: the probes a kill left under way in the learner process's idle time (rows with
+        ``probe_deferred`` and no values), taken here on the policy of their step's snapshot (`_prune` kept it),
+        then the trainer's own weights put back. The same draws as the child's: its pinned snapshot of that
+        policy, the probes' seed."""
+        todo = [r for r in camp.archive.training_rows()
+                if r.data.get("probe_deferred") and "probe_seconds" not in r.data]
+        if not todo:
+            return
+        import torch
+
+        own = {n: p for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+        kept = {n: p.detach().clone() for n, p in own.items()}
+        try:
+            for r in todo:
+                snap = self.dir / _snapshot_name(r.step, r.policy_version)
+                if not (snap / "weights.pt").is_file():  # removed by hand: the row says so instead of a value
+                    camp.archive.add_training_data(r.step, {"probe_seconds": 0.0, "probe_skipped": f"{snap.name} "
+                                                            "is gone"})
+                    continue
+                sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
+                with torch.no_grad():
+                    for n, p in own.items():
+                        p.copy_(sd[n])
+                camp.reporter.phase(f"probing policy v{r.policy_version} on fixed problems (its probe was under "
+                                    f"way at the kill)", announce=True)
+                camp.archive.add_training_data(r.step, self._probe(camp, quiet=True))
+        finally:
+            with torch.no_grad():
+                for n, p in own.items():
+                    p.copy_(kept[n])
 
     def _samples(self, camp: CampaignView, iteration: int, groups: list[GroupRow], raw_mats, gids, comps):
         """The step's samples and statistics from its groups (``step_inputs``; ValueError on bad input)."""
@@ -495,8 +568,10 @@ class CampaignTrainer:
                     self.backend.pin_sampling()
                 before = partial(self._baseline, camp, True) if from_version == 0 else None
                 probe = None
-                if self._probe_due(stats, from_version + 1):  # the probe of the new policy runs on the thread too
-                    probe = partial(self._probe, camp, quiet=True)
+                if self._probe_due(stats, from_version + 1):  # the probe of the new policy: after it on the thread,
+                    # or with the learner process, in the child's idle time
+                    probe = (partial(self._probe, camp, quiet=True) if self._process is None
+                             else partial(self._probe_later, camp, iteration))
                 prep = time.monotonic() - self._t0
                 if self._process is None:
                     step = self.trainer.step
@@ -559,8 +634,8 @@ class CampaignTrainer:
         snap = self._save(iteration, stats)
         self.last_iteration = iteration
         self._publish(snap)
-        if self._probe_due(stats) and "probe_seconds" not in stats:  # probes sample the published policy
-            stats.update(self._probe(camp))
+        if self._probe_due(stats) and "probe_seconds" not in stats and not stats.get("probe_deferred"):
+            stats.update(self._probe(camp))  # probes sample the published policy
         # the clock when the step was published: the last step is published after the last iteration's record
         # (a step drained at the run's end, or one taken after the last commit), and the run's wall includes it
         stats["wall_seconds"] = camp.wall_seconds()
@@ -569,7 +644,14 @@ class CampaignTrainer:
                             f"{time.monotonic() - t0:.1f}s:", kind="training",
                             data={"iteration": iteration, "step": self.version, **stats},
                             **training_fields(stats))
+        if stats.get("probe_deferred") and "probe_seconds" not in stats:  # its probe's values come later
+            self._deferred[iteration] = self.version
+            self._collect(camp)
         return stats
+
+
+def _snapshot_name(iteration: int, version: int) -> str:
+    return f"step-{iteration}-v{version}"
 
 
 def in_flight_after(t: int, every: int, lag: int) -> list[int]:

@@ -69,18 +69,21 @@ def build(name: str, problems: Sequence[Problem], evaluator, m: int, style: str,
     return Probe(name, tuple(problems), prompts, tuple(max(1, len(s.vector)) for s in seeds))
 
 
-def rewards(backend, probes: Sequence[Probe], evaluator, *, m: int, group: int, seed: int, temperature: float,
-            max_tokens: int, alias: str | None = None) -> list[float]:
-    """mean_set_reward of ``group`` completions per prompt of each probe set, all sets sampled in one batched
-    call with ``seed`` (one call: the sampler batches the rows of every set together)."""
-    prompts = [q for probe in probes for q in probe.prompts]
-    groups = iter(backend.generate(prompts, group, SamplingParams(temperature=temperature, max_tokens=max_tokens,
-                                                                  seed=seed)))
+def sampling(seed: int, temperature: float, max_tokens: int) -> SamplingParams:
+    """A probe's sampling: every set's rows in one call, with the probes' fixed seed."""
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
+
+
+def scores(probes: Sequence[Probe], groups: Sequence[Sequence[Any]], evaluator, *, m: int,
+           alias: str | None = None) -> list[float]:
+    """Each probe set's mean_set_reward, from the completions of its prompts (``groups``: one per prompt, the
+    sets' prompts in order), scored in the sandbox."""
+    it = iter(groups)
     out = []
     for probe in probes:
         mats: list[np.ndarray] = []
         for p, d in zip(probe.problems, probe.dims):
-            mats += score_completions(p, [c.text for c in next(groups)], m, evaluator, d=d, alias=alias).matrices
+            mats += score_completions(p, [c.text for c in next(it)], m, evaluator, d=d, alias=alias).matrices
         out.append(comparable_reward(mats)["mean_set_reward"])
     return out
 
@@ -105,15 +108,25 @@ class Prober:
         """{probe_own, probe_heldout, probe_seconds} (each key + suffix); the heldout key is missing when no
         suite had enough problems outside the run."""
         start = time.perf_counter()
-        alias = naming.entry_name(backend)  # the function name the model writes (proposer/answers/naming.py)
-        if self.probes is None:
-            self.probes = self._build(evaluator, alias)
-        values = rewards(backend, self.probes, evaluator, m=self.m, group=self.group,
-                         seed=self.seed * 1_000_003 + PROBE_SEED, temperature=self.temperature,
-                         max_tokens=self.max_tokens, alias=alias)
-        out: dict[str, Any] = {f"probe_{probe.name}{suffix}": v for probe, v in zip(self.probes, values)}
+        prompts, n, params = self.request(backend, evaluator)
+        out = self.score(backend.generate(prompts, n, params), backend, evaluator, suffix)
         out[f"probe_seconds{suffix}"] = time.perf_counter() - start
         return out
+
+    def request(self, backend, evaluator) -> tuple[list[str], int, SamplingParams]:
+        """The one sampling call a probe makes, ``backend.generate``'s arguments: its prompts, the completions per
+        prompt and the sampling (with the probes' fixed seed). Apart from `score`, so that the call may run
+        elsewhere and later (the learner process's idle time: evolve/training/campaign.py)."""
+        if self.probes is None:
+            self.probes = self._build(evaluator, naming.entry_name(backend))
+        return ([q for probe in self.probes for q in probe.prompts], self.group,
+                sampling(self.seed * 1_000_003 + PROBE_SEED, self.temperature, self.max_tokens))
+
+    def score(self, groups: Sequence[Sequence[Any]], backend, evaluator, suffix: str = "") -> dict[str, Any]:
+        """{probe_own, probe_heldout} (each key + suffix) from the completions of `request`'s call."""
+        alias = naming.entry_name(backend)  # the function name the model writes (proposer/answers/naming.py)
+        values = scores(self.probes or [], groups, evaluator, m=self.m, alias=alias)
+        return {f"probe_{probe.name}{suffix}": v for probe, v in zip(self.probes or [], values)}
 
 
 def learning(rows: Sequence[Any]) -> list[dict[str, Any]]:

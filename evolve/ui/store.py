@@ -104,9 +104,10 @@ class RunStore:
     # ------------------------------------------------------------------ cheap, polled
     @_readable
     def version(self) -> str:
-        """Changes whenever the run commits a program or a training step: the live pages' signal."""
-        n, steps = self.archive.head()
-        return f"{n}.{steps}"
+        """Changes whenever the run commits a program or a training step, or adds a probe to a step: the live
+        pages' signal."""
+        n, steps, rev = self.archive.head()
+        return f"{n}.{steps}.{rev}"
 
     @_readable
     def meta(self) -> dict[str, Any]:

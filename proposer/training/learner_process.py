@@ -19,7 +19,11 @@ the thread would have left, and its snapshots, resume and probes do not change. 
 
 The probes sample there too (`ChildSampler`): the child's copy of the backend, forked before any pin, samples
 the policy its trainer holds, with the probes' seed, so a probe there draws what it would draw on the campaign's
-live model, and its sampling does not share the loop's lock either.
+live model, and its sampling does not share the loop's lock either. A probe can also be left to the child's idle
+time (`start_probe`): the child pins a snapshot of the policy it holds and samples it on a thread of its own at
+the scheduler's idle class (``SCHED_IDLE``), which runs only where no other thread wants the core, so the steps
+after it are not slowed and the loop does not wait for it; its completions come back on a pipe of their own
+(`probe_results`), the same draws as a probe taken at once (the same snapshot, seed and operations).
 
 The child dies with the thread that forked it (``PR_SET_PDEATHSIG``, Linux) and ignores Ctrl-C, which the
 campaign handles. Fork only where nothing else runs torch meanwhile: the campaign forks before its baseline probe
@@ -108,17 +112,62 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def _serve(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int) -> None:
+def _lowest_priority() -> None:
+    """This thread at the scheduler's idle class: it runs only on a core no other thread wants (Linux; an
+    unprivileged thread may lower itself). Else at nice 19, where that is refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+
+
+class _IdleProbe:
+    """The child's probe in its idle time: one at a time, on the policy pinned when it started; its outcome
+    ``(key, ok, completions or a one-line error, the thread's CPU seconds)`` is sent on ``out``."""
+
+    def __init__(self, backend: Any, out: Any) -> None:
+        self.backend, self.out, self.thread = backend, out, None
+
+    def start(self, key: Any, payload: tuple) -> None:
+        self.join()
+        if not self.backend.pin_sampling():
+            raise TrainingError("learner process: this backend cannot pin a policy to probe it later")
+        self.thread = threading.Thread(target=self._run, args=(key, payload), name="vevo-probe", daemon=True)
+        self.thread.start()
+
+    def _run(self, key: Any, payload: tuple) -> None:
+        _lowest_priority()
+        t = time.thread_time()
+        try:
+            out = (key, True, self.backend.generate(*payload), time.thread_time() - t)
+        except BaseException as e:  # noqa: BLE001 - reported to the campaign, which raises it
+            out = (key, False, f"{type(e).__name__}: {e}".splitlines()[0], time.thread_time() - t)
+        self.out.send(out)
+
+    def join(self) -> None:
+        """Wait for the probe under way, if any (it runs at once while this thread waits), and unpin its policy:
+        a request that samples the live policy comes next."""
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+            self.backend.unpin_sampling()
+
+
+def _serve(trainer: Any, backend: Any, conn: Any, probes: Any, other_ends: tuple, parent: int) -> None:
     """The child: serve requests until told to stop or the parent is gone. It always leaves by ``os._exit``: no
     exit handler of the campaign's (its archive, its buffered output) may run twice."""
     try:
-        _requests(trainer, backend, conn, other_end, parent)
+        _requests(trainer, backend, conn, probes, other_ends, parent)
     finally:
         os._exit(0)
 
 
-def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int) -> None:
-    other_end.close()  # the parent's end: the child must not keep it open
+def _requests(trainer: Any, backend: Any, conn: Any, probes: Any, other_ends: tuple, parent: int) -> None:
+    for end in other_ends:  # the parent's ends: the child must not keep them open
+        end.close()
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the forking thread
     except (OSError, AttributeError):
@@ -127,6 +176,7 @@ def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _keep_freed_memory()
+    idle = _IdleProbe(backend, probes)
     while True:
         try:
             msg = conn.recv()
@@ -140,12 +190,17 @@ def _requests(trainer: Any, backend: Any, conn: Any, other_end: Any, parent: int
                 load_trainer_state(trainer, state)
             if trainer.version != version:
                 raise TrainingError(f"learner process holds update {trainer.version}, the campaign {version}")
-            if kind == "step":
+            if kind == "step":  # beside a probe in the idle time, if one is under way
                 movement, samples, refs = payload
                 trainer.cfg.movement = movement
                 stats = trainer.step(samples, refs=_tensors(refs))
                 reply = (True, stats, trainer_state(trainer))
+            elif kind == "probe":  # sampled later, in this process's idle time, on the policy it holds now
+                key, args = payload
+                idle.start(key, args)
+                reply = (True, None, None)
             else:  # "generate": the backend's copy here samples the trainer's model, the policy it holds
+                idle.join()
                 reply = (True, backend.generate(*payload), None)
         except BaseException as e:  # noqa: BLE001 - reported to the campaign, which raises it
             reply = (False, f"{type(e).__name__}: {e}".splitlines()[0], None)
@@ -162,10 +217,13 @@ class LearnerProcess:
             if stream is not None:
                 stream.flush()
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(trainer, backend, child, self.conn, os.getpid()), daemon=True,
-                                name="vevo-learner")
+        self._probes, probes = ctx.Pipe(duplex=False)  # the outcomes of `start_probe`, in the order started
+        self.proc = ctx.Process(target=_serve, args=(trainer, backend, child, probes, (self.conn, self._probes),
+                                                     os.getpid()), daemon=True, name="vevo-learner")
         self.proc.start()
         child.close()
+        probes.close()
+        self._probes_out = 0  # probes started whose outcome has not been read
         self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
         self._lock = threading.Lock()  # one request at a time: the learner thread and the baseline probe's share it
         self._busy = 0.0  # seconds from each request's send to its reply, summed: the child's work (one at a time)
@@ -197,7 +255,8 @@ class LearnerProcess:
 
     def usage(self) -> tuple[float, float]:
         """(seconds since the last call, or since the fork; the child's busy seconds among them): what it did
-        between two published steps, and how long it waited for the campaign (evolve/analysis/account.py)."""
+        between two published steps, and how long it waited for the campaign (evolve/analysis/account.py). The
+        probes it samples in its idle time count apart (their CPU seconds come with `probe_results`)."""
         now, busy = time.monotonic(), self._busy  # not under the lock: a request may be waiting on its gate
         (then, before), self._counted = self._counted, (now, busy)
         return now - then, busy - before
@@ -212,6 +271,30 @@ class LearnerProcess:
     def generate(self, trainer: Any, prompts: list[str], n: int, sampling: Any) -> list:
         """``backend.generate`` in the child, on the policy ``trainer`` holds."""
         return self._request(trainer, "generate", (list(prompts), n, sampling))
+
+    def start_probe(self, trainer: Any, key: Any, prompts: list[str], n: int, sampling: Any) -> None:
+        """``backend.generate(prompts, n, sampling)`` in the child's idle time, on the policy ``trainer`` holds
+        now (pinned there): the later steps do not wait for it, and `probe_results` returns it, with ``key``."""
+        self._request(trainer, "probe", (key, (list(prompts), n, sampling)))
+        self._probes_out += 1
+
+    def probe_results(self, wait: bool = False) -> list[tuple[Any, list, float]]:
+        """The finished probes, oldest first: ``(key, completions, the child's CPU seconds on it)``; ``wait``:
+        every one started (the child takes them at once where nothing else runs there). Only one thread reads
+        them (the campaign's loop)."""
+        out = []
+        while self._probes_out and (wait or self._probes.poll()):
+            try:
+                key, ok, res, cpu = self._probes.recv()
+            except (EOFError, OSError) as e:
+                self.proc.join(timeout=5)
+                raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
+                                    f"{type(e).__name__}") from None
+            self._probes_out -= 1
+            if not ok:
+                raise TrainingError(f"learner process: probe: {res}")
+            out.append((key, res, cpu))
+        return out
 
     def sampler(self, trainer: Any, backend: Any) -> "ChildSampler":
         """``backend`` with its ``generate`` done in the child, on ``trainer``'s policy (for the probes)."""
@@ -229,6 +312,7 @@ class LearnerProcess:
                 self.proc.kill()
                 self.proc.join()
             self.conn.close()
+            self._probes.close()
 
 
 class ChildSampler:

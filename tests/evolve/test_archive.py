@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve.archive import Archive, CompletionRecord, GroupRecord, ProgramRecord, code_hash
+from evolve.archive import Archive, ArchiveError, CompletionRecord, GroupRecord, ProgramRecord, code_hash
 from proposer.backends.base import Completion, SamplingParams
 from tests.archive_helpers import ev, group, seed_program
 
@@ -163,6 +163,16 @@ def test_training_and_meta(tmp_path):
         assert a.training_rows()[1].policy_version == 2
         with pytest.raises(sqlite3.IntegrityError):  # append-only
             a.record_training(2, 3, {})
+        # the one later change: a probe's values merged into its step's row, which the UI's poll sees
+        head = a.head()
+        a.add_training_data(1, {"probe_own": 0.5, "loss": 0.6})
+        assert a.training_rows()[0] == (1, 1, {"kl": 0.25, "loss": 0.6, "probe_own": 0.5})
+        assert a.head()[:2] == head[:2] and a.head()[2] == head[2] + 1 == 1
+        a.add_training_data(2, {"probe_own": 0.1})
+        assert a.head()[2] == 2
+        with pytest.raises(ArchiveError, match="no training row at step 3"):
+            a.add_training_data(3, {"probe_own": 0.1})
+        assert a.head()[2] == 2 and [r.step for r in a.training_rows()] == [1, 2]
 
 
 def test_export_rows_deterministic(tmp_path):

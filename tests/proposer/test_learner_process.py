@@ -190,6 +190,53 @@ def test_the_child_samples_what_the_campaign_would_sample_before_and_after_a_ste
         proc.close()
 
 
+def test_a_probe_left_to_the_childs_idle_time_samples_the_policy_it_was_started_on():
+    """`start_probe` after a step, then two more steps sent at once (they run beside it, its thread at the idle
+    class): its completions are those `generate` gives on the policy of the step before it, with the same seed; the
+    steps beside it leave the trainer bit for bit as steps with no probe; an error in it is one line."""
+    from proposer.backends import TINY_CHECKPOINT, make_backend
+    from proposer.backends.base import SamplingParams
+    from proposer.training.lora import wrap_lora
+    from proposer.training.trainer import TrainConfig, TrainSample
+
+    if not (TINY_CHECKPOINT / "config.json").is_file():
+        pytest.skip("no bundled tiny checkpoint")
+
+    def setup() -> tuple:
+        be = make_backend("tiny", device="cpu", threads=1)
+        torch.manual_seed(0)
+        be.model = wrap_lora(be.model, rank=4)
+        return be, PolicyTrainer(be.model, TrainConfig(lr=5e-2))
+
+    be, tr = setup()
+    ref_be, ref = setup()
+    prompts, sp = ["def f(x):\n    return", "x ="], SamplingParams(temperature=1.0, max_tokens=160, seed=7)
+    groups = [be.generate(["def g(y):"], 4, SamplingParams(temperature=1.0, max_tokens=24, seed=s))[0]
+              for s in (1, 2, 3)]
+    steps = [[TrainSample.from_completion(c, a) for c, a in zip(g, [1.0, -1.0, 0.5, -0.5])] for g in groups]
+    proc = learner_process.LearnerProcess(tr, be)
+    try:
+        proc.step(tr, steps[0])
+        ref.step(steps[0])
+        want = [(c.token_ids, c.logprobs) for g in ref_be.generate(prompts, 3, sp) for c in g]  # policy v1, at once
+        proc.start_probe(tr, "v1", prompts, 3, sp)
+        for samples in steps[1:]:  # the policy moves on in the child while the probe samples v1 there
+            assert proc.step(tr, samples) == ref.step(samples)
+            assert _same(_state(tr), _state(ref))
+        (key, got, cpu), = proc.probe_results(wait=True)
+        assert key == "v1" and cpu > 0 and proc.probe_results() == []
+        assert [(c.token_ids, c.logprobs) for g in got for c in g] == want
+        assert [c.token_ids for g in got for c in g] != \
+            [c.token_ids for g in ref_be.generate(prompts, 3, sp) for c in g]  # v3 samples something else
+        proc.start_probe(tr, "bad", prompts, 3, SamplingParams(temperature=1.0, max_tokens=8, seed=1, top_p=2.0))
+        with pytest.raises(TrainingError, match=r"^learner process: probe: ValueError: .*top_p") as e:
+            proc.probe_results(wait=True)
+        assert "\n" not in str(e.value)
+        assert proc.step(tr, steps[0]) == ref.step(steps[0])  # and it serves on
+    finally:
+        proc.close()
+
+
 _FAULTS = """
 import resource, sys
 import torch

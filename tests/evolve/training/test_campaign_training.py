@@ -213,6 +213,55 @@ def test_overlapped_step_killed_before_it_is_published_resumes_exactly(tmp_path,
     assert (ref / "export.csv").read_text() == (run / "export.csv").read_text()
 
 
+_KILL_WITH_PROBES_UNDER_WAY = """
+import os, sys
+from evolve.training import campaign as ct
+settle = ct.CampaignTrainer._settle
+def held(self, camp, wait=False):  # the probes come back but are never added to their rows: as if killed first
+    if self._process is not None:
+        self._process.probe_results(wait)
+def killing_settle(self, camp, f):
+    if f.iteration == {at}:
+        os._exit(9)
+    return settle(self, camp, f)
+ct.CampaignTrainer._collect, ct.CampaignTrainer._settle = held, killing_settle
+from evolve.cli import main
+sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="probes in the idle time need the learner process")
+def test_probes_under_way_in_the_learners_idle_time_at_a_kill_are_taken_again_at_resume(tmp_path):
+    """With the learner process the probe of a step's policy is sampled in the child's idle time and its values
+    are added to the step's row later. Killed with three such probes never added (versions 2, 4, 6): their
+    snapshots are kept past the two newest, and the resume takes them again on those policies, the same values as
+    the uninterrupted run's; the run goes on exactly as that one."""
+    cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
+    ref, run = tmp_path / "ref", tmp_path / "killed"
+    vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
+    code = _KILL_WITH_PROBES_UNDER_WAY.format(at=7, cfg=str(cfg), out=str(run))
+    p = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 9, p.stderr[-2000:]
+    with Archive(run / "archive.db", readonly=True) as b:
+        rows = b.training_rows()
+    assert [r.step for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r.step for r in rows if r.data.get("probe_deferred")] == [2, 4, 6]
+    assert not any("probe_own" in r.data for r in rows) and "probe_own_before" in rows[0].data
+    kept = sorted(p.name for p in (run / "trainer").glob("step-*"))
+    assert kept == ["step-2-v2", "step-4-v4", "step-5-v5", "step-6-v6"]  # the two newest, and the probes'
+    vevo("resume", str(run), "--quiet", timeout=900)
+    with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
+        def key(r):
+            return (r.step, r.policy_version, r.data.get("loss"), r.data.get("probe_own"),
+                    r.data.get("probe_heldout"), r.data.get("probe_own_before"))
+        assert [key(r) for r in a.training_rows()] == [key(r) for r in b.training_rows()]
+        assert [r.policy_version for r in b.training_rows() if "probe_own" in r.data] == [2, 4, 6, 8]
+        assert [c.token_ids for g in a.recent_groups(100) for c in g.completions] == \
+               [c.token_ids for g in b.recent_groups(100) for c in g.completions]
+    assert_same_policy(ref, run, every_snapshot=True)  # and the probes' snapshots are gone again
+
+
 _COUNT_PROCESS_STEPS = """
 import json, sys, time
 from proposer.training import learner_process as lp

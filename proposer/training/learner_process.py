@@ -224,6 +224,7 @@ class LearnerProcess:
         child.close()
         probes.close()
         self._probes_out = 0  # probes started whose outcome has not been read
+        self._count_lock = threading.Lock()
         self.version: int | None = trainer.version  # the update counter of the state the child holds (None: unknown)
         self._lock = threading.Lock()  # one request at a time: the learner thread and the baseline probe's share it
         self._busy = 0.0  # seconds from each request's send to its reply, summed: the child's work (one at a time)
@@ -276,7 +277,8 @@ class LearnerProcess:
         """``backend.generate(prompts, n, sampling)`` in the child's idle time, on the policy ``trainer`` holds
         now (pinned there): the later steps do not wait for it, and `probe_results` returns it, with ``key``."""
         self._request(trainer, "probe", (key, (list(prompts), n, sampling)))
-        self._probes_out += 1
+        with self._count_lock:  # started on the learner thread, read on the loop's
+            self._probes_out += 1
 
     def probe_results(self, wait: bool = False) -> list[tuple[Any, list, float]]:
         """The finished probes, oldest first: ``(key, completions, the child's CPU seconds on it)``; ``wait``:
@@ -290,7 +292,8 @@ class LearnerProcess:
                 self.proc.join(timeout=5)
                 raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
                                     f"{type(e).__name__}") from None
-            self._probes_out -= 1
+            with self._count_lock:
+                self._probes_out -= 1
             if not ok:
                 raise TrainingError(f"learner process: probe: {res}")
             out.append((key, res, cpu))

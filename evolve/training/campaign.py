@@ -30,9 +30,11 @@ in order, the steps the run had in flight (`in_flight_after`). The second core, 
 sandbox, does the learning: by default (``train.learner: process``) the learner thread hands the update to a
 process forked at `begin` (proposer/training/learner_process.py), so that it and the loop's sampling do not share
 one interpreter lock; the state it sends back leaves this process's trainer exactly as a step on the thread would.
-The probes sample there too, and are scored here. When the loop commits an iteration while the child still runs
-the step it is about to wait for, it takes the next step's reference log-probs itself (`_reference_ahead`) instead
-of waiting idle: the same bits, one forward less for the learner, the slower side of a long trained run.
+The probes sample there too, and are scored here: a step's probe in the child's idle time (`_probe_later`), its
+values added to the step's row when they come back (`_collect`) and taken again at a resume if a kill came first
+(`_probe_again`). When the loop commits an iteration while the child still runs the step it is about to wait for,
+it takes the next step's reference log-probs itself (`_reference_ahead`) instead of waiting idle: the same bits,
+one forward less for the learner, the slower side of a long trained run.
 
 Every knob is a ``train`` key of the run config (evolve/training/setup.py); zero-advantage samples are trained
 on too (their tokens count in the token-mean and their KL term applies, as in veRL). With ``vllm:`` and

@@ -74,15 +74,39 @@ def test_seed_determinism(backend):
     assert [[x.token_ids for x in g] for g in a] != [[x.token_ids for x in g] for g in c]
 
 
+def _rounding_decides_the_nucleus(model, comps, temperature: float, top_p: float, rel: float = 1e-5) -> set:
+    """The (completion, position) pairs whose top-p nucleus rounding decides: the last token kept and the first
+    left out within ``rel`` of each other, or the mass before the first left out within ``rel`` of top_p (float64
+    from a full forward). This random-init model's distributions are near uniform (~270 of its 300 tokens in a
+    nucleus at 0.9, neighbours ~1e-7 apart), so fp32's noise between the sampler's step and the trainer's forward,
+    which differs between CPUs' kernels, can move a token across the edge there and change the log-prob by ~1e-3."""
+    out = set()
+    with torch.no_grad():
+        for i, c in enumerate(comps):
+            ids = torch.tensor([c.prompt_token_ids + c.token_ids])
+            logits = model(ids).logits[0, len(c.prompt_token_ids) - 1: -1].double() / temperature
+            p = torch.softmax(logits, -1).sort(-1, descending=True).values
+            before = p.cumsum(-1) - p
+            for j in range(len(c.token_ids)):
+                k = int((before[j] < top_p).sum())  # kept
+                if k < p.shape[-1] and (p[j, k - 1] - p[j, k] <= rel * p[j, k - 1]
+                                        or abs(float(before[j, k]) - top_p) <= rel):
+                    out.add((i, j))
+    return out
+
+
 def test_logprobs_match_training(backend):
     """Behaviour log-probs are of the distribution sampled from (temperature, top-p nucleus), equal to what the
-    trainer computes with the same temperature and top-p, and not to the untempered ones."""
+    trainer computes with the same temperature and top-p (where rounding does not decide the nucleus), and not to
+    the untempered ones."""
     groups = backend.generate(PROMPTS, 3, SamplingParams(temperature=0.7, top_p=0.9, max_tokens=16, seed=5))
     comps = [c for g in groups for c in g]
     args = ([c.prompt_token_ids for c in comps], [c.token_ids for c in comps])
     ref = batch_sequence_logprobs(backend.model, *args, temperature=0.7, top_p=0.9)
-    for c, r in zip(comps, ref):
-        assert max(abs(a - b) for a, b in zip(c.logprobs, r)) < 1e-4
+    edge = _rounding_decides_the_nucleus(backend.model, comps, 0.7, 0.9)
+    assert len(edge) <= 0.05 * sum(len(c.token_ids) for c in comps)  # a few; on most CPUs' kernels none differs
+    for i, (c, r) in enumerate(zip(comps, ref)):
+        assert max(abs(a - b) for j, (a, b) in enumerate(zip(c.logprobs, r)) if (i, j) not in edge) < 1e-4
     raw = batch_sequence_logprobs(backend.model, *args)
     assert max(abs(a - b) for c, r in zip(comps, raw) for a, b in zip(c.logprobs, r)) > 1e-2
 

@@ -206,7 +206,8 @@ class TrainSection(StrictModel):
     autocast: Literal["bf16", "none"] = Field("bf16", description="forward precision on CUDA")
     # learning diagnostics (evolve/training/probe.py): a fixed probe set, sampled with a fixed seed
     probe_every: int = Field(20, ge=0, description="probe after every N-th policy update, and once before the "
-                             "first (0: no probes; at 20 they take about a tenth of a trained run's wall clock)")
+                             "first (0: no probes; at 20 they took a tenth of a trained run's wall clock, ~2% "
+                             "since the learner process samples them in its idle time)")
     probe_problems: int = Field(4, ge=1, description="problems per probe set (own problems; held-out problems)")
     probe_group: int = Field(2, ge=1, description="completions per probe problem")
     movement_every: int = Field(10, ge=0, description="measure how far an update moved the policy (policy_kl, "

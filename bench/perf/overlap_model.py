@@ -30,9 +30,10 @@ class Timings:
     """One run's work per iteration t = 1..n: ``loop[t]`` what the loop did between the trainer hook of t - 1 and
     the commit of t (preparing, generating, committing; not its waits), ``step[t]`` the learner's work on the
     step started at commit t (without the reference forwards the loop took ahead, which are in ``loop``),
-    ``probe[t]`` the probe of the policy it made (in its flight, after it), ``start`` the baseline probe's (it
-    runs from the run's start), ``first`` the clock at the commit of iteration 0, ``wall`` the measured wall and
-    ``lag`` the run's own ``train.lag``."""
+    ``probe[t]`` the probe of the policy it made (in its flight, after it; or in the learner's idle time where t is
+    in ``idle_probes``: the run sampled it there, ``probe_deferred``), ``start`` the baseline probe's (it runs from
+    the run's start; in the idle time too where ``idle_start``), ``first`` the clock at the commit of iteration 0, ``wall`` the measured wall and ``lag`` the
+    run's own ``train.lag``."""
     loop: dict[int, float]
     step: dict[int, float]
     probe: dict[int, float]
@@ -40,6 +41,8 @@ class Timings:
     first: float
     wall: float
     lag: int = 1
+    idle_probes: frozenset[int] = frozenset()
+    idle_start: bool = False
 
 
 def timings(run: Path) -> Timings:
@@ -63,7 +66,10 @@ def timings(run: Path) -> Timings:
         probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
         start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
         last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
-        return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last), lag)
+        idle = frozenset(s for s, d in rows.items() if d.get("probe_deferred"))
+        last = max([last] + [float(rows[s]["probe_wall_seconds"]) for s in idle if "probe_wall_seconds" in rows[s]])
+        idle_start = any(d.get("probe_deferred_before") for d in rows.values())
+        return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last), lag, idle, idle_start)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
         raise ValueError(f"{run}: a stamp the replay needs is missing or not a number ({type(e).__name__}: {e})") \
             from None
@@ -73,12 +79,13 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False, idle_shar
     """The modelled wall: at commit t the hook waits for step t - lag, then starts step t, which the learner takes
     once it has finished step t - 1; the loop's next iteration starts when the hook returns. With
     ``background_probes`` a probe's work leaves the step and fills the learner's idle time instead (whatever is
-    left at the end runs after the last step). With ``idle_share`` up to that share of each step (its reference
-    forward: ~25% of a step in a py-spy profile, docs/TRAINING.md) is done in the learner's idle time before the
-    hook that starts it, counted from when the learner is free (an upper bound: the step's completions may not
-    exist yet then)."""
-    done: dict[int, float] = {0: tm.start if not background_probes else 0.0}  # the learner's baseline probe
-    backlog = tm.start if background_probes else 0.0
+    left at the end runs after the last step), as the run's own ``idle_probes`` did. With ``idle_share`` up to that
+    share of each step (its reference forward: ~25% of a step in a py-spy profile, docs/TRAINING.md) is done in the
+    learner's idle time before the hook that starts it, counted from when the learner is free (an upper bound: the
+    step's completions may not exist yet then)."""
+    idle_start = background_probes or tm.idle_start
+    done: dict[int, float] = {0: tm.start if not idle_start else 0.0}  # the learner's baseline probe
+    backlog = tm.start if idle_start else 0.0
     commit, free = tm.first, done[0]
     n = max(tm.loop)
     for t in range(1, n + 1):
@@ -87,8 +94,8 @@ def replay(tm: Timings, lag: int = 1, background_probes: bool = False, idle_shar
         idle = max(0.0, hook - free)  # the learner's idle time until this step arrives
         ahead = min(idle, idle_share * tm.step.get(t, 0.0))  # the share of the step done in it
         work = tm.step.get(t, 0.0) - ahead
-        if background_probes:  # probes fill what idle time the share left
-            backlog = max(0.0, backlog - (idle - ahead))
+        backlog = max(0.0, backlog - (idle - ahead))  # probes fill what idle time the share left
+        if background_probes or t in tm.idle_probes:
             backlog += tm.probe.get(t, 0.0)
         else:  # the step's flight ends after the probe of the policy it made
             work += tm.probe.get(t, 0.0)

@@ -70,6 +70,8 @@ from .step import reward_stats, step_inputs
 
 
 KEEP_SNAPSHOTS = 2  # the newest, and the one the campaign's last checkpoint may still name
+BEFORE = "before"  # the key of the baseline probe (policy v0) when the learner process samples it in its idle time
+V0 = "step-0-v0"  # policy v0's weights, kept while that probe's values may still have to be taken again
 
 
 def flatten_groups(groups: list[GroupRow]) -> tuple[list[np.ndarray], list[int], list]:
@@ -121,10 +123,12 @@ class CampaignTrainer:
         self._before: dict[str, Any] = {}
         self._flights: deque[_Flight] = deque()  # the steps on learner threads, oldest first (overlap; train.lag)
         self._early: _Early | None = None  # the baseline probe started by `begin`, until the first step takes it
-        # probes left to the learner process's idle time: {iteration: version} of the recorded rows still waiting
-        # for theirs, and {iteration: (completions, the child's CPU seconds)} of those that came back
-        self._deferred: dict[int, int] = {}
-        self._received: dict[int, tuple[list, float]] = {}
+        # probes left to the learner process's idle time, by key (a step's iteration, or BEFORE): {key: (the row
+        # it goes to, the policy version, the keys' suffix, its snapshot)} of the recorded rows still waiting for
+        # theirs, {key: (completions, the child's CPU seconds)} of those that came back
+        self._deferred: dict[Any, tuple[int, int, str, str]] = {}
+        self._received: dict[Any, tuple[list, float]] = {}
+        self._v0_kept = False  # V0 written for a baseline probe started in the idle time, not yet added to a row
         self._process: Any = None  # the learner process (train.learner: process), forked by `_fork`
         self._step_seconds = self._ahead_seconds = 0.0  # the last step's and the last `_reference_ahead`'s lengths
         self._load()
@@ -189,8 +193,8 @@ class CampaignTrainer:
             return (int(it), int(v)) if it.isdigit() and v.isdigit() else (-1, -1)
 
         snaps = sorted((p for p in self.dir.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")), key=order)
-        probing = {_snapshot_name(it, v) for it, v in self._deferred.items()}  # a resume probes them again
-        for p in snaps[:-KEEP_SNAPSHOTS]:
+        probing = {d[3] for d in self._deferred.values()} | ({V0} if self._v0_kept else set())  # a resume
+        for p in snaps[:-KEEP_SNAPSHOTS] + [p for p in snaps[-KEEP_SNAPSHOTS:] if p.name == V0]:  # probes them again
             if p.name != keep and p.name not in probing:
                 shutil.rmtree(p, ignore_errors=True)
 
@@ -202,13 +206,13 @@ class CampaignTrainer:
         if (self.dir / "state.json").is_file():
             snap = self.dir / json.loads((self.dir / "state.json").read_text())["snapshot"]
             self._publish(snap)
-            self._probe_again(camp)
             done = {r.step for r in camp.archive.training_rows()}
             if self.last_iteration not in done and (snap / "stats.json").is_file():  # killed before the row
                 stats = json.loads((snap / "stats.json").read_text())
                 if self._probe_due(stats) and "probe_own" not in stats:  # killed while probing: the same draw
                     stats.update(self._probe(camp))
                 camp.archive.record_training(self.last_iteration, self.version, stats)
+            self._probe_again(camp)
         t, every = camp.iteration, self.cfg.train.every
         due = [d for d in range((self.last_iteration // every + 1) * every, t + 1, every) if d > 0]  # not yet saved
         if not self._overlaps(camp):
@@ -240,7 +244,9 @@ class CampaignTrainer:
         self._fork()  # before any other thread of this start runs torch (a forked child keeps no thread)
         self._check_lag(camp)
         if self.version == 0 and self._early is None and not self._flights and self.cfg.train.probe_every:
-            self._early = _Early(partial(self._probe, camp, "_before", quiet=True), self.backend)
+            # with the learner process it only starts there (the first step need not wait for it)
+            self._early = _Early(partial(self._probe, camp, "_before", quiet=True) if self._process is None
+                                 else partial(self._baseline_later, camp), self.backend)
 
     def _fork(self) -> None:
         """The learner process (proposer/training/learner_process.py), once, where ``train.learner`` asks for it
@@ -257,6 +263,25 @@ class CampaignTrainer:
         a budget may end the run sooner)."""
         every = self.cfg.train.every
         return (iteration // every + 1) * every <= self.cfg.search.iterations
+
+    def _baseline_later(self, camp: CampaignView) -> dict[str, Any]:
+        """On `begin`'s thread: the baseline probe started in the learner process's idle time, policy v0's weights
+        first written to V0 (a resume takes the probe again from them if a kill comes before its values)."""
+        import shutil
+
+        import torch
+
+        prompts, n, params = self._prober(camp).request(self.backend, camp.evaluator)
+        tmp = self.dir / (V0 + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        torch.save({n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad},
+                   tmp / "weights.pt")
+        shutil.rmtree(self.dir / V0, ignore_errors=True)
+        tmp.rename(self.dir / V0)
+        self._v0_kept = True
+        self._process.start_probe(self.trainer, BEFORE, prompts, n, params)
+        return {"probe_deferred_before": True}
 
     def _baseline(self, camp: CampaignView, quiet: bool = False) -> dict[str, Any]:
         """The probes of policy v0 (kept in the first step's row): the one `begin` started, else taken now."""
@@ -324,10 +349,16 @@ class CampaignTrainer:
         """At the campaign's end: the step still on the learner thread is finished and published (a baseline
         probe no step took is waited for and dropped: a later start takes it again)."""
         self.join(camp)
-        self._collect(camp, wait=True)
         early, self._early = self._early, None
         if early is not None:
             early.thread.join()
+        self._collect(camp, wait=True)
+        if self._v0_kept and BEFORE not in self._deferred:  # a baseline no step took: a later start takes it again
+            import shutil
+
+            self._received.pop(BEFORE, None)
+            self._v0_kept = False
+            shutil.rmtree(self.dir / V0, ignore_errors=True)
         proc, self._process = self._process, None
         if proc is not None:
             proc.close()
@@ -453,29 +484,32 @@ class CampaignTrainer:
         """Score the probes the learner process sampled in its idle time and add them to their steps' rows
         (``wait``: all of them, at the run's end). Their cost: the child's CPU seconds and the scoring here."""
         if self._process is not None:
-            for it, groups, cpu in self._process.probe_results(wait):
-                self._received[it] = (groups, cpu)
-        done = sorted(set(self._received) & set(self._deferred))  # a step's row first, then its probe's values
-        for it in done:
-            (groups, cpu), version = self._received.pop(it), self._deferred.pop(it)
+            for key, groups, cpu in self._process.probe_results(wait):
+                self._received[key] = (groups, cpu)
+        # a step's row first, then its probe's values
+        done = sorted((k for k in self._received if k in self._deferred), key=lambda k: self._deferred[k][:2])
+        for key in done:
+            (groups, cpu), (row, version, sfx, snap) = self._received.pop(key), self._deferred.pop(key)
             t = time.monotonic()
-            values = self._prober(camp).score(groups, self.backend, camp.evaluator)
-            values["probe_score_seconds"] = round(time.monotonic() - t, 4)  # in the loop: what it waited
-            values["probe_seconds"] = round(cpu + values["probe_score_seconds"], 4)
+            values = self._prober(camp).score(groups, self.backend, camp.evaluator, sfx)
+            values[f"probe_score_seconds{sfx}"] = round(time.monotonic() - t, 4)  # in the loop: what it waited
+            values[f"probe_seconds{sfx}"] = round(cpu + values[f"probe_score_seconds{sfx}"], 4)
             values["probe_wall_seconds"] = camp.wall_seconds()  # the run's wall includes it (a probe at the end)
-            camp.archive.add_training_data(it, values)
-            camp.reporter.event(f"probed policy v{version} (the step at iteration {it}):", kind="training",
-                                data={"iteration": it, "step": version, **values}, **training_fields(values))
+            camp.archive.add_training_data(row, values)
+            self._v0_kept = self._v0_kept and snap != V0
+            camp.reporter.event(f"probed policy v{version} (kept in the step at iteration {row}):", kind="training",
+                                data={"iteration": row, "step": version, **values}, **training_fields(values))
         if done:  # their snapshots need not be kept any longer
             self._prune(keep=_snapshot_name(self.last_iteration, self.version))
 
     def _probe_again(self, camp: CampaignView) -> None:
         """At a resume: the probes a kill left under way in the learner process's idle time (rows with
-        ``probe_deferred`` and no values), taken here on the policy of their step's snapshot (`_prune` kept it),
-        then the trainer's own weights put back. The same draws as the child's: its pinned snapshot of that
-        policy, the probes' seed."""
-        todo = [r for r in camp.archive.training_rows()
-                if r.data.get("probe_deferred") and "probe_seconds" not in r.data]
+        ``probe_deferred`` or ``probe_deferred_before`` and no values), taken here on the policy of their snapshot
+        (kept for them: their step's, or V0 for the baseline), then the trainer's own weights put back. The same
+        draws as the child's: its pinned snapshot of that policy, the probes' seed."""
+        todo = [(r.step, sfx, self.dir / (V0 if sfx else _snapshot_name(r.step, r.policy_version)))
+                for r in camp.archive.training_rows() for sfx in ("_before", "")
+                if r.data.get(f"probe_deferred{sfx}") and f"probe_seconds{sfx}" not in r.data]
         if not todo:
             return
         import torch
@@ -483,19 +517,18 @@ class CampaignTrainer:
         own = {n: p for n, p in self.trainer.model.named_parameters() if p.requires_grad}
         kept = {n: p.detach().clone() for n, p in own.items()}
         try:
-            for r in todo:
-                snap = self.dir / _snapshot_name(r.step, r.policy_version)
+            for row, sfx, snap in todo:
                 if not (snap / "weights.pt").is_file():  # removed by hand: the row says so instead of a value
-                    camp.archive.add_training_data(r.step, {"probe_seconds": 0.0, "probe_skipped": f"{snap.name} "
-                                                            "is gone"})
+                    camp.archive.add_training_data(row, {f"probe_seconds{sfx}": 0.0,
+                                                         f"probe_skipped{sfx}": f"{snap.name} is gone"})
                     continue
                 sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
                 with torch.no_grad():
                     for n, p in own.items():
                         p.copy_(sd[n])
-                camp.reporter.phase(f"probing policy v{r.policy_version} on fixed problems (its probe was under "
-                                    f"way at the kill)", announce=True)
-                camp.archive.add_training_data(r.step, self._probe(camp, quiet=True))
+                camp.reporter.phase(f"probing the policy of {snap.name} on fixed problems (its probe was under way "
+                                    f"at the kill)", announce=True)
+                camp.archive.add_training_data(row, self._probe(camp, sfx, quiet=True))
         finally:
             with torch.no_grad():
                 for n, p in own.items():
@@ -647,7 +680,10 @@ class CampaignTrainer:
                             data={"iteration": iteration, "step": self.version, **stats},
                             **training_fields(stats))
         if stats.get("probe_deferred") and "probe_seconds" not in stats:  # its probe's values come later
-            self._deferred[iteration] = self.version
+            self._deferred[iteration] = (iteration, self.version, "", _snapshot_name(iteration, self.version))
+        if stats.get("probe_deferred_before") and "probe_seconds_before" not in stats:  # and the baseline's
+            self._deferred[BEFORE] = (iteration, 0, "_before", V0)
+        if self._deferred:
             self._collect(camp)
         return stats
 

@@ -232,10 +232,10 @@ sys.exit(main(["run", {cfg!r}, "--out", {out!r}, "--quiet"]))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="probes in the idle time need the learner process")
 def test_probes_under_way_in_the_learners_idle_time_at_a_kill_are_taken_again_at_resume(tmp_path):
-    """With the learner process the probe of a step's policy is sampled in the child's idle time and its values
-    are added to the step's row later. Killed with three such probes never added (versions 2, 4, 6): their
-    snapshots are kept past the two newest, and the resume takes them again on those policies, the same values as
-    the uninterrupted run's; the run goes on exactly as that one."""
+    """With the learner process the probe of a step's policy, and the baseline probe of policy v0, are sampled in
+    the child's idle time and their values added to the rows later. Killed with four such probes never added (v0,
+    and versions 2, 4, 6): their snapshots are kept past the two newest (v0's written for it), and the resume takes
+    them again on those policies, the same values as the uninterrupted run's; the run goes on exactly as that one."""
     cfg = _cfg(tmp_path, "  every: 1\n  batch: 1\n  probe_every: 2\n  probe_problems: 2\n")
     ref, run = tmp_path / "ref", tmp_path / "killed"
     vevo("run", str(cfg), "--out", str(ref), "--quiet", timeout=900)
@@ -247,9 +247,10 @@ def test_probes_under_way_in_the_learners_idle_time_at_a_kill_are_taken_again_at
         rows = b.training_rows()
     assert [r.step for r in rows] == [1, 2, 3, 4, 5, 6]
     assert [r.step for r in rows if r.data.get("probe_deferred")] == [2, 4, 6]
-    assert not any("probe_own" in r.data for r in rows) and "probe_own_before" in rows[0].data
+    assert [r.step for r in rows if r.data.get("probe_deferred_before")] == [1]
+    assert not any("probe_own" in r.data or "probe_own_before" in r.data for r in rows)
     kept = sorted(p.name for p in (run / "trainer").glob("step-*"))
-    assert kept == ["step-2-v2", "step-4-v4", "step-5-v5", "step-6-v6"]  # the two newest, and the probes'
+    assert kept == ["step-0-v0", "step-2-v2", "step-4-v4", "step-5-v5", "step-6-v6"]  # the two newest, the probes'
     vevo("resume", str(run), "--quiet", timeout=900)
     with Archive(ref / "archive.db", readonly=True) as a, Archive(run / "archive.db", readonly=True) as b:
         def key(r):

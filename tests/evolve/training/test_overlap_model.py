@@ -29,6 +29,12 @@ def test_probes_in_the_learners_idle_time_leave_its_steps_path():
     tm.start = 2.0  # the baseline probe holds the learner from the run's start, unless it waits for idle time
     assert replay(tm) == pytest.approx(8.0)  # step 1 starts at 2 instead of 1: commit 2 waits for it until 4
     assert replay(tm, background_probes=True) == pytest.approx(6.0)  # both probes fit the idle time
+    # a run that sampled its step's probe in the learner's idle time (`probe_deferred`) replays so as it ran,
+    # its baseline probe still on the learner's path (step 1 starts at 2, commit 2 waits for it until 3)
+    tm.idle_probes = frozenset({1})
+    assert replay(tm) == pytest.approx(7.0)
+    tm.idle_start = True  # and its baseline probe too: as if both had been moved
+    assert replay(tm) == replay(tm, background_probes=True) == pytest.approx(6.0)
 
 
 def test_a_steps_reference_in_the_learners_idle_time_shortens_it():
@@ -74,10 +80,15 @@ def test_timings_come_from_the_archive_stamps(tmp_path):
         a.set_meta("config", json.dumps({"train": {"lag": 2}}))
         for t, wall in enumerate([0.1, 1.1, 2.0, 3.3]):
             a.record_iteration(t, [], [], metrics={"wall_seconds": wall})
-        a.record_training(1, 1, {"train_seconds": 0.8, "train_wait_seconds": 0.3, "wall_seconds": 3.4})
-        a.record_training(2, 2, {"train_seconds": 0.5, "train_wait_seconds": 0.2, "wall_seconds": 3.5})
+        a.record_training(1, 1, {"train_seconds": 0.8, "train_wait_seconds": 0.3, "wall_seconds": 3.4,
+                                 "probe_deferred_before": True, "probe_seconds_before": 0.9})
+        a.record_training(2, 2, {"train_seconds": 0.5, "train_wait_seconds": 0.2, "wall_seconds": 3.5,
+                                 "probe_deferred": True})
+        a.add_training_data(2, {"probe_seconds": 0.4, "probe_wall_seconds": 3.8})  # its probe came after the row
     tm = timings(two)
     assert tm.lag == 2 and tm.loop == pytest.approx({1: 1.0, 2: 0.9, 3: 1.3})  # step 1 is waited for at hook 3
+    assert tm.idle_probes == {2} and tm.probe[2] == pytest.approx(0.4) and tm.wall == pytest.approx(3.8)
+    assert tm.idle_start and tm.start == pytest.approx(0.9)
     assert modelled(two)["as run"] == replay(tm, lag=2)
 
     bad = tmp_path / "bad"  # a stamp missing: one line, not a KeyError

@@ -32,8 +32,8 @@ class Timings:
     step started at commit t (without the reference forwards the loop took ahead, which are in ``loop``),
     ``probe[t]`` the probe of the policy it made (in its flight, after it; or in the learner's idle time where t is
     in ``idle_probes``: the run sampled it there, ``probe_deferred``), ``start`` the baseline probe's (it runs from
-    the run's start; in the idle time too where ``idle_start``), ``first`` the clock at the commit of iteration 0, ``wall`` the measured wall and ``lag`` the
-    run's own ``train.lag``."""
+    the run's start; in the idle time too where ``idle_start``), ``first`` the clock at the commit of iteration 0,
+    ``wall`` the measured wall and ``lag`` the run's own ``train.lag``."""
     loop: dict[int, float]
     step: dict[int, float]
     probe: dict[int, float]
@@ -65,9 +65,9 @@ def timings(run: Path) -> Timings:
         step = {s: float(d["train_seconds"]) - float(d.get("reference_ahead_seconds", 0.0)) for s, d in rows.items()}
         probe = {s: float(d.get("probe_seconds", 0.0)) for s, d in rows.items()}
         start = sum(float(d.get("probe_seconds_before", 0.0)) for d in rows.values())
-        last = max(float(d.get("wall_seconds", 0.0)) for d in rows.values())
+        # a step's publication, or a probe's values added to its row later (the run's account counts both)
+        last = max(float(d.get(k, 0.0)) for d in rows.values() for k in ("wall_seconds", "probe_wall_seconds"))
         idle = frozenset(s for s, d in rows.items() if d.get("probe_deferred"))
-        last = max([last] + [float(rows[s]["probe_wall_seconds"]) for s in idle if "probe_wall_seconds" in rows[s]])
         idle_start = any(d.get("probe_deferred_before") for d in rows.values())
         return Timings(loop, step, probe, start, wall[its[0]], max(wall[its[-1]], last), lag, idle, idle_start)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:

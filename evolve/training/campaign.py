@@ -143,14 +143,38 @@ class CampaignTrainer:
         st = json.loads(state_file.read_text())
         self.version, self.last_iteration = int(st["version"]), int(st["iteration"])
         snap = self.dir / st["snapshot"]
-        sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
-        trainable = {n for n, p in self.trainer.model.named_parameters() if p.requires_grad}
-        missing = trainable - set(sd)
-        if missing:
-            raise TrainingError(f"{snap}: saved weights do not match the model ({len(missing)} trainable tensors missing)")
-        self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
+        self._load_weights(snap)
         self.trainer.load_state_dict(torch.load(snap / "optimizer.pt", map_location="cpu", weights_only=False))
         self._publish(snap)
+
+    def _trainable(self) -> dict[str, Any]:
+        """The model's trainable tensors by name: what a snapshot's ``weights.pt`` holds."""
+        return {n: p for n, p in self.trainer.model.named_parameters() if p.requires_grad}
+
+    def _load_weights(self, snap: Path) -> None:
+        """A snapshot's ``weights.pt`` into the trainable tensors, in place."""
+        import torch
+
+        sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
+        trainable = self._trainable()
+        missing = set(trainable) - set(sd)
+        if missing:
+            raise TrainingError(f"{snap}: saved weights do not match the model ({len(missing)} trainable tensors "
+                                f"missing)")
+        self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
+
+    @contextmanager
+    def _folder(self, name: str) -> Iterator[Path]:
+        """A snapshot folder written whole: filled as ``name.tmp``, then renamed into place, so a kill leaves the
+        old folder or the new one."""
+        import shutil
+
+        tmp = self.dir / (name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        yield tmp
+        shutil.rmtree(self.dir / name, ignore_errors=True)
+        tmp.rename(self.dir / name)
 
     def _publish(self, snap: Path) -> None:
         """Make the new policy the one that generates: in place for hf, an adapter hot-swap otherwise."""
@@ -162,22 +186,15 @@ class CampaignTrainer:
     def _save(self, iteration: int, stats: dict[str, Any]) -> Path:
         """Everything of one step goes into a fresh snapshot folder; replacing state.json (atomic rename) is
         the commit point, so a kill at any moment leaves the previous complete step or this one."""
-        import shutil
-
         import torch
 
         snap = _snapshot_name(iteration, self.version)
-        tmp = self.dir / (snap + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        trainable = {n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad}
-        torch.save(trainable, tmp / "weights.pt")
-        torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
-        if self.cfg.train.lora:
-            self.trainer.save_adapter(tmp / "adapter")
-        shutil.rmtree(self.dir / snap, ignore_errors=True)
-        tmp.rename(self.dir / snap)
+        with self._folder(snap) as tmp:
+            torch.save({n: p.detach().cpu() for n, p in self._trainable().items()}, tmp / "weights.pt")
+            torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
+            (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
+            if self.cfg.train.lora:
+                self.trainer.save_adapter(tmp / "adapter")
         st = self.dir / "state.tmp"
         st.write_text(json.dumps({"version": self.version, "iteration": iteration, "snapshot": snap}))
         st.replace(self.dir / "state.json")
@@ -267,18 +284,11 @@ class CampaignTrainer:
     def _baseline_later(self, camp: CampaignView) -> dict[str, Any]:
         """On `begin`'s thread: the baseline probe started in the learner process's idle time, policy v0's weights
         first written to V0 (a resume takes the probe again from them if a kill comes before its values)."""
-        import shutil
-
         import torch
 
         prompts, n, params = self._prober(camp).request(self.backend, camp.evaluator)
-        tmp = self.dir / (V0 + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        torch.save({n: p.detach().cpu() for n, p in self.trainer.model.named_parameters() if p.requires_grad},
-                   tmp / "weights.pt")
-        shutil.rmtree(self.dir / V0, ignore_errors=True)
-        tmp.rename(self.dir / V0)
+        with self._folder(V0) as tmp:
+            torch.save({n: p.detach().cpu() for n, p in self._trainable().items()}, tmp / "weights.pt")
         self._v0_kept = True
         self._process.start_probe(self.trainer, BEFORE, prompts, n, params)
         return {"probe_deferred_before": True}
@@ -512,27 +522,19 @@ class CampaignTrainer:
                 if r.data.get(f"probe_deferred{sfx}") and f"probe_seconds{sfx}" not in r.data]
         if not todo:
             return
-        import torch
-
-        own = {n: p for n, p in self.trainer.model.named_parameters() if p.requires_grad}
-        kept = {n: p.detach().clone() for n, p in own.items()}
+        kept = {n: p.detach().clone() for n, p in self._trainable().items()}
         try:
             for row, sfx, snap in todo:
                 if not (snap / "weights.pt").is_file():  # removed by hand: the row says so instead of a value
                     camp.archive.add_training_data(row, {f"probe_seconds{sfx}": 0.0,
                                                          f"probe_skipped{sfx}": f"{snap.name} is gone"})
                     continue
-                sd = torch.load(snap / "weights.pt", map_location="cpu", weights_only=True)
-                with torch.no_grad():
-                    for n, p in own.items():
-                        p.copy_(sd[n])
+                self._load_weights(snap)
                 camp.reporter.phase(f"probing the policy of {snap.name} on fixed problems (its probe was under way "
                                     f"at the kill)", announce=True)
                 camp.archive.add_training_data(row, self._probe(camp, sfx, quiet=True))
         finally:
-            with torch.no_grad():
-                for n, p in own.items():
-                    p.copy_(kept[n])
+            self.trainer.model.load_state_dict(kept, strict=False)
 
     def _samples(self, camp: CampaignView, iteration: int, groups: list[GroupRow], raw_mats, gids, comps):
         """The step's samples and statistics from its groups (``step_inputs``; ValueError on bad input)."""

@@ -240,9 +240,7 @@ class LearnerProcess:
                 self.conn.send((kind, trainer.version, state, payload))
                 ok, out, new = self.conn.recv()
             except (EOFError, OSError) as e:
-                self.proc.join(timeout=5)
-                raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
-                                    f"{type(e).__name__}") from None
+                raise self._died(e) from None
             self._busy += time.monotonic() - sent
             if not ok:  # the child's trainer may be half way through an update: the next request sends the state
                 self.version = None
@@ -253,6 +251,11 @@ class LearnerProcess:
                 load_trainer_state(trainer, new)
             self.version = trainer.version
             return out
+
+    def _died(self, e: BaseException) -> TrainingError:
+        """The one-line error for a pipe to the child that broke: it died (its exit code, once reaped)."""
+        self.proc.join(timeout=5)
+        return TrainingError(f"learner process died (exit code {self.proc.exitcode}): {type(e).__name__}")
 
     def usage(self) -> tuple[float, float]:
         """(seconds since the last call, or since the fork; the child's busy seconds among them): what it did
@@ -289,9 +292,7 @@ class LearnerProcess:
             try:
                 key, ok, res, cpu = self._probes.recv()
             except (EOFError, OSError) as e:
-                self.proc.join(timeout=5)
-                raise TrainingError(f"learner process died (exit code {self.proc.exitcode}): "
-                                    f"{type(e).__name__}") from None
+                raise self._died(e) from None
             with self._count_lock:
                 self._probes_out -= 1
             if not ok:

@@ -64,12 +64,17 @@ def campaign_prompt(backend) -> str:
     return seed_prompt(p, ev, 4, "compact", "f")
 
 
-def flop_limit(device: str, repeats: int) -> float:
-    """fp32 matmul GFLOP/s on this device at the sampler's thread count (a 1024^3 product)."""
+def flop_limit(device: str, repeats: int) -> dict[str, float]:
+    """fp32 matmul GFLOP/s on this device at the sampler's thread count (a 1024^3 product), per library the
+    sampler may use (fast_sampler.choose_products): torch.mm, and oneDNN on a packed weight on a CPU with it."""
     a = torch.randn(1024, 1024, device=device)
     b = torch.randn(1024, 1024, device=device)
-    t = median_time(lambda: a @ b, repeats * 3)
-    return 2 * 1024 ** 3 / t / 1e9
+    out = {"blas": 2 * 1024 ** 3 / median_time(lambda: a @ b, repeats * 3) / 1e9}
+    if device == "cpu" and torch.backends.mkldnn.is_available():
+        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous())
+        t = median_time(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""), repeats * 3)
+        out["onednn"] = 2 * 1024 ** 3 / t / 1e9
+    return out
 
 
 def memory_limit(device: str, nbytes: float, repeats: int) -> float:
@@ -88,11 +93,15 @@ def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) 
         old = median_time(lambda: be._decode([prompt_ids] * batch, sp, torch.Generator(be.device).manual_seed(0)),
                           repeats)
         new = median_time(lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
-                                            torch.Generator(be.device).manual_seed(0)), repeats)
+                                            torch.Generator(be.device).manual_seed(0), products=be.products), repeats)
+        blas = new if be.products == "blas" else median_time(  # the fast sampler before oneDNN, where auto picks it
+            lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
+                              torch.Generator(be.device).manual_seed(0), products="blas"), repeats)
     finally:
         be.eos_ids = eos
     n = batch * tokens
-    return {"batch": batch, "lora": lora, "general_tok_s": n / old, "fast_tok_s": n / new, "ratio": old / new}
+    return {"batch": batch, "lora": lora, "general_tok_s": n / old, "fast_tok_s": n / new, "ratio": old / new,
+            "products": be.products, "fast_blas_tok_s": n / blas, "ratio_to_blas": blas / new}
 
 
 def step_times(be, prompt: str, repeats: int) -> dict:
@@ -274,11 +283,13 @@ def main() -> None:
         prompt = campaign_prompt(be)
         ids = be.encode_prompt(prompt, 384)[0]
         res["prompt_tokens"] = len(ids)
-        gflops = flop_limit(args.device, args.repeats)
+        libs = flop_limit(args.device, args.repeats)
+        gflops = max(libs.values())  # the machine's limit: the faster library's
         per_tok = fs.flops_per_token(be.model, len(ids) + args.tokens // 2)
-        res["fp32_gflops"], res["flop_limit_tok_s"] = gflops, gflops * 1e9 / per_tok
-        print(f"fp32 matmul {gflops:.1f} GFLOP/s; {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit "
-              f"{res['flop_limit_tok_s']:.0f} tokens/s")
+        res["fp32_gflops"], res["fp32_gflops_by_library"] = gflops, libs
+        res["flop_limit_tok_s"] = gflops * 1e9 / per_tok
+        print(f"fp32 matmul {gflops:.1f} GFLOP/s (" + ", ".join(f"{k} {v:.1f}" for k, v in libs.items())
+              + f"); {per_tok / 1e6:.1f} MFLOP per token -> FLOP limit {res['flop_limit_tok_s']:.0f} tokens/s")
         mem = {}
         for batch in (8, 16):  # the roofline: the same rows read at the measured bandwidth, at the mean context
             nbytes = fs.bytes_per_step(be.model, batch, len(ids), args.tokens // 2)
@@ -303,7 +314,10 @@ def main() -> None:
                 rows.append(r)
                 print(f"sampling batch {batch:2d} lora {str(lora):5s}: general {r['general_tok_s']:6.0f} tok/s, "
                       f"fast {r['fast_tok_s']:6.0f} tok/s ({r['ratio']:.2f}x; {100 * r['share_of_flop_limit']:.0f}% "
-                      f"of the FLOP limit, {100 * r['share_of_memory_limit']:.0f}% of the memory limit)")
+                      f"of the FLOP limit, {100 * r['share_of_memory_limit']:.0f}% of the memory limit; products "
+                      f"{r['products']}" + ("" if r["products"] == "blas" else
+                                            f", {r['ratio_to_blas']:.2f}x its blas products' {r['fast_blas_tok_s']:.0f}")
+                      + ")")
         res["sampling"] = rows
         st = step_times(be, prompt, args.repeats)
         res["step"] = st

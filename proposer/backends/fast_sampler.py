@@ -19,7 +19,9 @@ token, and G copies of the same prompt prefilled. Here:
   read row-major: at 8 rows ~1.5x faster than ``F.linear``, whose small-M path also rounds differently from the
   same product on many rows). At these shapes the products are bound by memory (all 23 MB of the bundled
   model's weights read per token: ~39% of a step of 8 rows), and attention and the other operators, a few
-  microseconds of framework cost each, take the rest (docs/TRAINING.md).
+  microseconds of framework cost each, take the rest (docs/TRAINING.md). Where MKL does not take its fast
+  kernels (a CPU not Intel's) the products run in oneDNN on weights packed once per snapshot instead
+  (``choose_products``: 1.18x the sampler's tokens/s on the AMD EPYC here).
 * **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).
 * **The draw**: the inverse CDF of softmax(logits / T) cut to the top-p nucleus, one uniform per row from the
   caller's ``torch.Generator`` (``draw``).
@@ -39,6 +41,7 @@ sliding window); the backend keeps its general loop for everything else.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import torch
 import torch.nn.functional as F
 
@@ -46,6 +49,37 @@ from proposer.backends.logprobs import base_model, nucleus, tempered_logprobs
 
 _ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 COMPACT_AT = 0.75  # compact the batch when at most this share of its rows is still running
+PRODUCTS = ("auto", "blas", "onednn")  # the linear products' library (``choose_products``)
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """The CPU's vendor id (GenuineIntel, AuthenticAMD, ...) from /proc/cpuinfo; "" where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def choose_products(choice: str, device: torch.device | str, dtype: torch.dtype) -> str:
+    """The library the sampler's linear products run in: ``blas`` (``torch.mm``: MKL in the x86 wheels) or
+    ``onednn`` (oneDNN on weights packed once per snapshot). ``auto``: onednn for fp32 weights on a CPU that is not
+    Intel's, blas elsewhere. MKL takes its fast kernels on Intel CPUs only: on the AMD EPYC here it ran the decode
+    step's products (8 rows, the bundled model's 23 MB of weights) in 2.7-2.9 ms where oneDNN took 1.8-2.1 ms
+    (docs/TRAINING.md). Intel CPUs keep the path measured there."""
+    if choice not in PRODUCTS:
+        raise ValueError(f"fast sampler: products must be one of {', '.join(PRODUCTS)}, got {choice!r}")
+    ok = torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    if choice == "onednn" and not ok:
+        raise ValueError(f"fast sampler: products onednn needs fp32 weights on a CPU with oneDNN (here {dtype} on "
+                         f"{torch.device(device).type})")
+    if choice == "auto":
+        return "onednn" if ok and cpu_vendor() not in ("GenuineIntel", "") else "blas"
+    return choice
 
 
 def supports(model: torch.nn.Module) -> bool:
@@ -96,7 +130,7 @@ class _Layer:
 class Weights:
     """The model's effective weights for one sampling call (q/k/v and gate/up concatenated: one matmul each)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, products: str = "auto") -> None:
         base = base_model(model)
         cfg = base.config
         self.n_heads = int(cfg.num_attention_heads)
@@ -114,6 +148,8 @@ class Weights:
         self.n_t = torch.tensor(float(cfg.hidden_size), dtype=self.dtype, device=self.embed.device)
         self.norm = inner.norm.weight.detach()
         self.device = self.embed.device
+        self.products = choose_products(products, self.device, self.dtype)
+        onednn = self.products == "onednn"
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float,
                                                       device=self.device) / self.head_dim))
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -125,9 +161,11 @@ class Weights:
             gate_up = _cat([_effective(mlp.gate_proj), _effective(mlp.up_proj)])
             if self.fold:
                 qkv, gate_up = _fold(qkv, ln1), _fold(gate_up, ln2)
-            self.layers.append(_Layer(ln1, ln2, _t(qkv), _t(_effective(att.o_proj)), _t(gate_up),
-                                      _t(_effective(mlp.down_proj))))
-        self.head = _t((_fold(_effective(base.lm_head), self.norm if self.fold else None)[0], None))
+            self.layers.append(_Layer(ln1, ln2, _t(qkv, onednn), _t(_effective(att.o_proj), onednn),
+                                      _t(gate_up, onednn), _t(_effective(mlp.down_proj), onednn)))
+        head = _fold(_effective(base.lm_head), self.norm if self.fold else None)[0]
+        self.vocab = head.shape[0]
+        self.head = _t((head, None), onednn)
 
     def table(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``rope_tables`` of positions 0..n-1 at least (rows, head_dim), grown on demand (computed as
@@ -139,17 +177,23 @@ class Weights:
         return self._table
 
 
-def _t(linear: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _t(linear: tuple[torch.Tensor, torch.Tensor | None], onednn: bool = False
+       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(W^T contiguous, bias): ``x @ W^T`` reads it row-major. At a decode step's few rows this runs ~1.5x faster
     than ``F.linear`` (MKL's small-M path for a transposed operand) and gives the bits ``F.linear`` gives on many
-    rows (the trainer's recompute), where ``F.linear`` on <= 8 rows does not."""
+    rows (the trainer's recompute), where ``F.linear`` on <= 8 rows does not. ``onednn``: (W packed in oneDNN's
+    blocked layout, bias) instead (``choose_products``)."""
+    if onednn:
+        return torch.ops.mkldnn._reorder_linear_weight(linear[0].contiguous()), linear[1]
     return linear[0].t().contiguous(), linear[1]
 
 
 def _lin(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor | None]) -> torch.Tensor:
     wt, b = wb
     if x.dim() != 2:
-        return _lin(x.reshape(-1, x.shape[-1]), wb).view(*x.shape[:-1], wt.shape[1])
+        return _lin(x.reshape(-1, x.shape[-1]), wb).view(*x.shape[:-1], -1)
+    if wt.is_mkldnn:
+        return torch.ops.mkldnn._linear_pointwise(x, wt, b, "none", [], "")
     return torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
 
 
@@ -324,12 +368,12 @@ def draw(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Gene
 
 @torch.inference_mode()
 def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temperature: float, top_p: float,
-           eos_ids: set[int], gen: torch.Generator | None,
-           weights: "Weights | None" = None) -> list[tuple[list[int], list[float], bool]]:
+           eos_ids: set[int], gen: torch.Generator | None, weights: "Weights | None" = None,
+           products: str = "auto") -> list[tuple[list[int], list[float], bool]]:
     """One continuation per row of ``prompts`` (rows sharing a prompt share its prefill): per row (token ids,
     behaviour log-probs, finished by EOS). At most ``budget`` tokens per row. ``weights``: a snapshot taken
-    earlier (default: the live model's, now)."""
-    w = weights if weights is not None else Weights(model)
+    earlier (default: the live model's, now, its products in ``products``: ``choose_products``)."""
+    w = weights if weights is not None else Weights(model, products)
     dev = w.device
     b = len(prompts)
     if b == 0 or budget <= 0:
@@ -338,7 +382,7 @@ def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temper
     for i, p in enumerate(prompts):
         distinct.setdefault(tuple(p), []).append(i)
     ldt = torch.promote_types(w.dtype, torch.float32)  # fp32 logits, or the model's float64
-    logits = torch.empty((b, w.head[0].shape[1]), dtype=ldt, device=dev)
+    logits = torch.empty((b, w.vocab), dtype=ldt, device=dev)
     start = torch.zeros(b, dtype=torch.long)
     if len(distinct) == 1:  # a group: the prompt's keys are kept once, the rows hold their own tokens only
         last, kv = _prefill(w, prompts[0])
@@ -400,7 +444,7 @@ def sample(model: torch.nn.Module, prompts: list[list[int]], budget: int, temper
 
 def flops_per_token(model: torch.nn.Module, context: int) -> float:
     """Forward FLOPs of one decoded token at ``context`` tokens of attention (2 per multiply-add)."""
-    w = Weights(model)
+    w = Weights(model, "blas")
     mats = sum(layer.qkv[0].numel() + layer.o[0].numel() + layer.gate_up[0].numel() + layer.down[0].numel()
                for layer in w.layers)
     attn = 2 * 2 * len(w.layers) * w.n_heads * w.head_dim * context
@@ -411,7 +455,7 @@ def bytes_per_step(model: torch.nn.Module, rows: int, prompt: int, own: int) -> 
     """Bytes one decode step of ``rows`` rows sharing a ``prompt``-token prompt reads at least, each row ``own``
     tokens in: every weight matrix once, the prompt's keys and values once, each row's own. At a few rows the
     step streams the weights, so this, not ``flops_per_token``, bounds it."""
-    w = Weights(model)
+    w = Weights(model, "blas")
     mats = sum(m[0].numel() for layer in w.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
     kv = 2 * len(w.layers) * w.n_kv * w.head_dim * (prompt + rows * own)
     return float((mats + w.head[0].numel() + kv) * w.embed.element_size())

@@ -44,9 +44,14 @@ class HFOptions(BackendOptions):
         "fast", description="fast: the KV-cached plain-torch sampler where the model's layout allows it "
                             "(proposer/backends/fast_sampler.py; else the general loop); general: the transformers "
                             "decode loop always (the sampler of earlier versions, for their exports)")
+    products: Literal["auto", "blas", "onednn"] = Field(
+        "auto", description="the fast sampler's linear products: blas: torch.mm (MKL); onednn: oneDNN on weights "
+                            "packed once per call (fp32 on a CPU only); auto: onednn on a CPU that is not Intel's, "
+                            "where MKL's decode-step products ran ~1.4x slower, else blas "
+                            "(proposer/backends/fast_sampler.py choose_products)")
 
     def kwargs(self, run: BackendRun) -> dict[str, Any]:
-        kw: dict[str, Any] = {"chat": run.chat, "fast_sampler": self.sampler == "fast"}
+        kw: dict[str, Any] = {"chat": run.chat, "fast_sampler": self.sampler == "fast", "products": self.products}
         if run.threads:
             kw["threads"] = run.threads
         if run.dtype != "auto":

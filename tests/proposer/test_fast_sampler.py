@@ -22,6 +22,11 @@ SHORT = "# sort the list, then keep the first three elements\n<answer_1>"
 pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint")
 
 
+# the two libraries of the linear products (fast_sampler.choose_products): each test below runs both
+PRODUCTS = ["blas", pytest.param("onednn", marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                                                                    reason="this torch has no oneDNN"))]
+
+
 @pytest.fixture(scope="module")
 def tiny():
     be = make_backend("tiny", threads=1)
@@ -51,18 +56,21 @@ def _general(be, model, rows, sp, gen=None):
         be.model = old
 
 
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("adapter", ["none", "lora", "lora disabled"])
 @pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
-def test_greedy_tokens_equal_the_general_loop(tiny, lora_model, adapter, layout):
+def test_greedy_tokens_equal_the_general_loop(tiny, lora_model, adapter, layout, products):
     be, ids = tiny
     rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 5 + [ids["short"]] * 3
     model = be.model if adapter == "none" else lora_model
     sp = SamplingParams(temperature=0.0, max_tokens=160)
     if adapter == "lora disabled":
         with lora_model.disable_adapter():
-            want, got = _general(be, model, rows, sp), fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None)
+            want = _general(be, model, rows, sp)
+            got = fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None, products=products)
     else:
-        want, got = _general(be, model, rows, sp), fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None)
+        want, got = _general(be, model, rows, sp), fs.sample(model, rows, 160, 0.0, 1.0, be.eos_ids, None,
+                                                              products=products)
     assert [w[0] for w in want] == [g[0] for g in got]
     assert [w[2] for w in want] == [g[2] for g in got]
     assert sum(len(g[0]) for g in got) > 60
@@ -81,8 +89,9 @@ def test_a_trained_adapter_changes_what_is_sampled(tiny, lora_model):
     assert max(abs(a - b) for r, q in zip(on, base) for a, b in zip(r[1], q)) > 1e-3
 
 
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
-def test_behaviour_logprobs_equal_a_full_recompute(tiny, lora_model, layout):
+def test_behaviour_logprobs_equal_a_full_recompute(tiny, lora_model, layout, products):
     """At T = 0.7 and top-p 0.9 the recorded log-prob of every token is the trainer's full-sequence recompute:
     in float64 to 1e-9 (the same function, term for term), and in fp32, the campaign's dtype, to fp32's noise.
     Why not 1e-5 in fp32: these log-probs are differences of logits/T near 30, where an ulp is 2e-6, and the
@@ -91,8 +100,8 @@ def test_behaviour_logprobs_equal_a_full_recompute(tiny, lora_model, layout):
     be, ids = tiny
     rows = [ids["long"]] * 8 if layout == "one prompt" else [ids["long"]] * 4 + [ids["short"]] * 4
     m64 = copy.deepcopy(lora_model).double()
-    for model, tol in ((m64, 1e-9), (lora_model, 5e-5)):
-        got = fs.sample(model, rows, 200, 0.7, 0.9, be.eos_ids, torch.Generator().manual_seed(11))
+    for model, tol, lib in ((m64, 1e-9, "blas"), (lora_model, 5e-5, products)):  # oneDNN: fp32 only
+        got = fs.sample(model, rows, 200, 0.7, 0.9, be.eos_ids, torch.Generator().manual_seed(11), products=lib)
         rec = batch_sequence_logprobs(model, rows, [g[0] for g in got], temperature=0.7, top_p=0.9)
         assert sum(len(g[0]) for g in got) > 80
         err = max(abs(a - b) for g, r in zip(got, rec) for a, b in zip(g[1], r))
@@ -126,8 +135,9 @@ def test_unsupported_layouts_fall_back():
     assert not fs.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)))
 
 
+@pytest.mark.parametrize("products", PRODUCTS)
 @pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
-def test_qwen2_layout_with_biases_matches_transformers(layout):
+def test_qwen2_layout_with_biases_matches_transformers(layout, products):
     """A random Qwen2 (q/k/v biases, grouped-query heads): greedy tokens and logits as transformers computes, both
     through the shared prompt's attention (one prompt) and the masked per-row cache (two)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -138,7 +148,7 @@ def test_qwen2_layout_with_biases_matches_transformers(layout):
     model = Qwen2ForCausalLM(cfg).eval()
     assert fs.supports(model)
     prompts = [[5, 9, 13, 2, 7, 7, 1]] * 3 + ([[4, 4, 8]] * 2 if layout == "two prompts" else [])
-    got = fs.sample(model, prompts, 20, 0.0, 1.0, {96}, None)
+    got = fs.sample(model, prompts, 20, 0.0, 1.0, {96}, None, products=products)
     with torch.no_grad():
         for p, (toks, lps, _) in zip(prompts, got):
             seq = list(p)
@@ -195,7 +205,7 @@ def test_sampler_weights_are_the_concatenated_folded_transposed_ones_bit_for_bit
     else:
         model = lora_model if case == "tiny lora fp32" else copy.deepcopy(tiny[0].model).double()
     with torch.no_grad():
-        w = fs.Weights(model)
+        w = fs.Weights(model, "blas")
         ref = _reference_packing(model, fold=w.fold)
     assert w.fold == (case != "tiny float64")
     for layer, want in zip(w.layers, ref):
@@ -205,6 +215,57 @@ def test_sampler_weights_are_the_concatenated_folded_transposed_ones_bit_for_bit
     head = fs.base_model(model).lm_head.weight * (fs.base_model(model).model.norm.weight if w.fold else 1)
     assert torch.equal(w.head[0], head.t().contiguous())
 
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+@pytest.mark.parametrize("case", ["tiny lora fp32", "qwen2 biases"])
+def test_onednn_weights_are_the_blas_ones_packed(tiny, lora_model, case):
+    """products onednn packs the same matrices: each packed product of the identity gives W^T back bit for bit (a
+    product with one non-zero term per sum is exact), with the same biases, and the step's linear layer applies
+    it to many rows as torch.mm does, to fp32's noise."""
+    if case == "qwen2 biases":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(2)
+        model = Qwen2ForCausalLM(Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2)).eval()
+    else:
+        model = lora_model
+    with torch.no_grad():
+        blas, dnn = fs.Weights(model, "blas"), fs.Weights(model, "onednn")
+    assert (blas.products, dnn.products) == ("blas", "onednn") and dnn.vocab == blas.vocab
+    pairs = [(a, b) for la, lb in zip(blas.layers, dnn.layers)
+             for a, b in zip((la.qkv, la.o, la.gate_up, la.down), (lb.qkv, lb.o, lb.gate_up, lb.down))]
+    for (wt, bias), (packed, dbias) in pairs + [(blas.head, dnn.head)]:
+        assert packed.is_mkldnn and not wt.is_mkldnn
+        assert (bias is None and dbias is None) or torch.equal(bias, dbias)
+        eye = torch.eye(wt.shape[0])
+        got = fs._lin(eye, (packed, None))
+        assert torch.equal(got, wt)
+        x = torch.randn(37, wt.shape[0], generator=torch.Generator().manual_seed(0))
+        assert torch.allclose(fs._lin(x, (packed, dbias)), fs._lin(x, (wt, bias)), rtol=1e-5, atol=1e-5)
+
+
+def test_the_products_choice(tiny, monkeypatch):
+    """auto: oneDNN on fp32 CPU weights where the CPU is not Intel's; an unknown choice or oneDNN where it cannot
+    run is a one-line error, from the backend too."""
+    from proposer.errors import BackendError
+
+    f32 = torch.float32
+    for vendor, want in (("GenuineIntel", "blas"), ("AuthenticAMD", "onednn"), ("", "blas")):
+        monkeypatch.setattr(fs, "cpu_vendor", lambda v=vendor: v)
+        expect = want if torch.backends.mkldnn.is_available() else "blas"
+        assert fs.choose_products("auto", "cpu", f32) == expect
+        assert fs.choose_products("auto", "cpu", torch.float64) == "blas"
+        assert fs.choose_products("blas", "cpu", f32) == "blas"
+    for bad, msg in ((("mkl", "cpu", f32), "products must be one of auto, blas, onednn, got 'mkl'"),
+                     (("onednn", "cpu", torch.float64), "products onednn needs fp32 weights on a CPU")):
+        with pytest.raises(ValueError, match=msg) as err:
+            fs.choose_products(*bad)
+        assert "\n" not in str(err.value)
+    with pytest.raises(BackendError, match="^hf: fast sampler: products must be one of") as err:
+        make_backend("tiny", threads=1, products="mkl")
+    assert "\n" not in str(err.value)
 
 def test_roofline_counts_are_the_models_matrices_and_caches(tiny):
     """learner_speed's limits: FLOPs per token and bytes per decode step, counted from the config by hand."""

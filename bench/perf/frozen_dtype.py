@@ -97,7 +97,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print(f"load average before: {os.getloadavg()}; bf16 in hardware here (AMX): {fast_logprobs.frozen_bf16_pays()}")
+    print(f"load average before: {os.getloadavg()}; bf16 in hardware here (AMX or AVX512-BF16): "
+          f"{fast_logprobs.frozen_bf16_pays()}")
     with tempfile.TemporaryDirectory() as tmp:
         runs = args.runs
         if not runs:

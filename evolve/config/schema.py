@@ -220,8 +220,9 @@ class TrainSection(StrictModel):
                                                          "forward of train.fast_forward (training and reference) "
                                                          "multiplies a LoRA's frozen base weights in (fp32 "
                                                          "accumulation; the adapter, norms, attention and LM head "
-                                                         "stay fp32); auto: bf16 where the CPU has AMX tiles (a lean "
-                                                         "step ~1.25x faster; log-probs ~1e-3 from fp32's; a bf16 copy "
+                                                         "stay fp32); auto: bf16 where the CPU multiplies bf16 in "
+                                                         "hardware, AMX tiles or AVX512-BF16 (a lean step "
+                                                         "~1.2x faster; log-probs ~1e-3 from fp32's; a bf16 copy "
                                                          "of those weights, half their size, in each process that "
                                                          "runs it), else fp32")
     overlap: bool = Field(True, description="run each update beside the next iteration's generation "

@@ -18,13 +18,14 @@ bench/perf/learner_speed.py). Here:
   peft's four ops and their backward.
 * **The LM head only where a completion token is predicted.**
 * **Optionally, the frozen base weights multiplied in bf16** (``frozen_bf16``; the campaign's ``train.frozen_dtype``,
-  bf16 by default where the CPU has AMX tiles). A LoRA layer's base product is most of a step's arithmetic, and the
-  AMX units of the CPUs here multiply bf16 at ~1.1-1.4 TFLOP/s against fp32's ~186 GFLOP/s (one thread; a step gains
-  less, ~1.2x, as the rest of it is memory traffic: bench/perf/frozen_dtype.py). The base weight is cast once (a
-  bf16 copy kept per layer: half the frozen weights' fp32 size more memory in each process that runs this), the
-  layer's input per call, and the product (fp32 accumulation) returned in fp32; the
-  adapter's products, the norms, RoPE, attention, the LM head and the log-softmax stay fp32, and gradients reach
-  only the adapter, as before. Log-probs then differ from fp32's by ~1e-3 on average (docs/TRAINING.md); the
+  bf16 by default where the CPU multiplies bf16 in hardware: AMX tiles or AVX512-BF16). A LoRA layer's base
+  product is most of a step's arithmetic, and the AMX units of the Intel CPU here multiply bf16 at ~1.1-1.4
+  TFLOP/s against fp32's ~186 GFLOP/s (one thread; a step gains less, ~1.2x, as the rest of it is memory traffic:
+  bench/perf/frozen_dtype.py; on the AMD EPYC's AVX512-BF16 a step gains 1.18-1.27x too). The base weight is
+  cast once (a bf16 copy kept per layer: half the frozen weights' fp32 size more memory in each process that runs
+  this), the layer's input per call, and the product (fp32 accumulation) returned in fp32; the adapter's products,
+  the norms, RoPE, attention, the LM head and the log-softmax stay fp32, and gradients reach only the adapter, as
+  before. Log-probs then differ from fp32's by ~1e-3 on average (docs/TRAINING.md); the
   reference (the same base, the adapter off) is taken the same way, so a fresh adapter's KL is still exactly 0.
 
 The same function as transformers' forward, op for op (RMSNorm, RoPE from the model's own ``inv_freq``, SDPA),
@@ -65,10 +66,11 @@ def supports(model: torch.nn.Module) -> bool:
 
 
 def frozen_bf16_pays() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AMX tiles), where ``frozen_bf16`` was measured to pay; elsewhere
-    a bf16 product can be slower than fp32's."""
+    """Whether this CPU multiplies bf16 in hardware, where ``frozen_bf16`` was measured to pay: AMX tiles (a lean
+    step ~1.25x on the Intel CPU of docs/TRAINING.md) or AVX512-BF16's dot products (1.18-1.27x on the AMD EPYC
+    there); elsewhere a bf16 product can be slower than fp32's."""
     try:
-        return bool(torch.cpu._is_amx_tile_supported())
+        return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
 

@@ -36,6 +36,8 @@ def gap(a: list[list[float]], b: list[list[float]]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--products", default="auto", choices=fs.PRODUCTS,
+                    help="the fp32 fast sampler's linear products (fast_sampler.choose_products; default auto)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     be = make_backend("tiny", threads=1)
@@ -47,12 +49,14 @@ def main() -> None:
             p.data.normal_(0.0, 0.05)
     m64 = copy.deepcopy(m32).double()
     be.model = m32
+    print(f"fast sampler products: {fs.choose_products(args.products, 'cpu', torch.float32)}")
     print("seed  layout        fast-rec32  general-rec32  rec32-rec64  fast64-rec64")
     worst = [0.0] * 4
     for seed in range(11, 11 + args.seeds):
         for layout in ("one prompt", "two prompts"):
             rows = [ids["one prompt"]] * 8 if layout == "one prompt" else [ids["one prompt"]] * 4 + [ids["short"]] * 4
-            fast = fs.sample(m32, rows, TOKENS, T, TOP_P, be.eos_ids, torch.Generator().manual_seed(seed))
+            fast = fs.sample(m32, rows, TOKENS, T, TOP_P, be.eos_ids, torch.Generator().manual_seed(seed),
+                             products=args.products)
             toks = [f[0] for f in fast]
             rec32 = batch_sequence_logprobs(m32, rows, toks, temperature=T, top_p=TOP_P)
             rec64 = batch_sequence_logprobs(m64, rows, toks, temperature=T, top_p=TOP_P)

@@ -43,9 +43,9 @@ def snapshots(monkeypatch):
     made = []
 
     class Counted(fs.Weights):
-        def __init__(self, model):
+        def __init__(self, model, *args, **kwargs):
             made.append(1)
-            super().__init__(model)
+            super().__init__(model, *args, **kwargs)
 
     monkeypatch.setattr(fs, "Weights", Counted)
     return made

@@ -134,7 +134,8 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_in_loop": ["--train", "vpo", "--set", "train.overlap=false"],  # the step in the loop's thread
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"],  # forwards via transformers
         "vpo_lag2": ["--train", "vpo", "--set", "train.lag=2"],  # two steps in flight: one more version of staleness
-        "vpo_fp32": ["--train", "vpo", "--set", "train.frozen_dtype=fp32"]}  # the learner's products all in fp32
+        "vpo_fp32": ["--train", "vpo", "--set", "train.frozen_dtype=fp32"],  # the learner's products all in fp32
+        "none_blas": ["--train", "none", "--hf-products", "blas"]}  # the sampler's products in torch.mm
 
 
 OLD = "@baseline"  # the suffix of an arm run by the tree of --baseline
@@ -337,7 +338,8 @@ def main() -> None:
                  "vpo_in_loop": "trained with the step in the loop",
                  "vpo_transformers": "trained through transformers' forward",
                  "vpo_lag2": "trained with two steps in flight (train.lag 2)",
-                 "vpo_fp32": "trained with every product in fp32 (train.frozen_dtype fp32)"}
+                 "vpo_fp32": "trained with every product in fp32 (train.frozen_dtype fp32)",
+                 "none_blas": "untrained with the sampler's products in torch.mm (--hf-products blas)"}
         names.update({baseline_arm(a): f"{names[a]} by {args.baseline}" for a in ARMS})
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))

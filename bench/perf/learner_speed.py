@@ -71,8 +71,8 @@ def flop_limit(device: str, repeats: int) -> dict[str, float]:
     b = torch.randn(1024, 1024, device=device)
     out = {"blas": 2 * 1024 ** 3 / median_time(lambda: a @ b, repeats * 3) / 1e9}
     if device == "cpu" and torch.backends.mkldnn.is_available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous())
-        t = median_time(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""), repeats * 3)
+        packed = fs._t((b.t(), None), onednn=True)  # the sampler's own packing and product
+        t = median_time(lambda: fs._lin(a, packed), repeats * 3)
         out["onednn"] = 2 * 1024 ** 3 / t / 1e9
     return out
 

@@ -163,6 +163,12 @@ class CampaignTrainer:
                                 f"missing)")
         self.trainer.model.load_state_dict({k: v for k, v in sd.items() if k in trainable}, strict=False)
 
+    def _save_weights(self, folder: Path) -> None:
+        """The trainable tensors into ``folder/weights.pt`` (what `_load_weights` reads)."""
+        import torch
+
+        torch.save({n: p.detach().cpu() for n, p in self._trainable().items()}, folder / "weights.pt")
+
     @contextmanager
     def _folder(self, name: str) -> Iterator[Path]:
         """A snapshot folder written whole: filled as ``name.tmp``, then renamed into place, so a kill leaves the
@@ -190,7 +196,7 @@ class CampaignTrainer:
 
         snap = _snapshot_name(iteration, self.version)
         with self._folder(snap) as tmp:
-            torch.save({n: p.detach().cpu() for n, p in self._trainable().items()}, tmp / "weights.pt")
+            self._save_weights(tmp)
             torch.save(self.trainer.state_dict(), tmp / "optimizer.pt")
             (tmp / "stats.json").write_text(json.dumps(stats))  # the archive row, if a kill comes before it
             if self.cfg.train.lora:
@@ -284,11 +290,9 @@ class CampaignTrainer:
     def _baseline_later(self, camp: CampaignView) -> dict[str, Any]:
         """On `begin`'s thread: the baseline probe started in the learner process's idle time, policy v0's weights
         first written to V0 (a resume takes the probe again from them if a kill comes before its values)."""
-        import torch
-
         prompts, n, params = self._prober(camp).request(self.backend, camp.evaluator)
         with self._folder(V0) as tmp:
-            torch.save({n: p.detach().cpu() for n, p in self._trainable().items()}, tmp / "weights.pt")
+            self._save_weights(tmp)
         self._v0_kept = True
         self._process.start_probe(self.trainer, BEFORE, prompts, n, params)
         return {"probe_deferred_before": True}

@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	@# CPU machines: install the CPU torch wheel first so nothing pulls a CUDA build.
 	@if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e '.[dev]'
+	@# the fast sampler's C++ decode step, built once here rather than in the first run (the Python step where it cannot)
+	@$(PY) -c 'from proposer.backends import native_step; native_step.load()'
 	@touch $(STAMP)
 
 install: $(STAMP)

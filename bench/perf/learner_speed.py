@@ -92,16 +92,20 @@ def sampling(be, prompt_ids, batch: int, tokens: int, repeats: int, lora: bool) 
     try:
         old = median_time(lambda: be._decode([prompt_ids] * batch, sp, torch.Generator(be.device).manual_seed(0)),
                           repeats)
-        new = median_time(lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
-                                            torch.Generator(be.device).manual_seed(0), products=be.products), repeats)
-        blas = new if be.products == "blas" else median_time(  # the fast sampler before oneDNN, where auto picks it
-            lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
-                              torch.Generator(be.device).manual_seed(0), products="blas"), repeats)
+        def fast(products: str, step: str) -> float:
+            return median_time(lambda: fs.sample(be.model, [prompt_ids] * batch, tokens, 1.0, 1.0, {-1},
+                                                 torch.Generator(be.device).manual_seed(0), products=products,
+                                                 step=step), repeats)
+
+        new = fast(be.products, be.step)
+        blas = new if be.products == "blas" else fast("blas", be.step)  # before oneDNN, where auto picks it
+        python = new if be.step == "python" else fast(be.products, "python")  # before the C++ step
     finally:
         be.eos_ids = eos
     n = batch * tokens
     return {"batch": batch, "lora": lora, "general_tok_s": n / old, "fast_tok_s": n / new, "ratio": old / new,
-            "products": be.products, "fast_blas_tok_s": n / blas, "ratio_to_blas": blas / new}
+            "products": be.products, "fast_blas_tok_s": n / blas, "ratio_to_blas": blas / new, "step": be.step,
+            "fast_python_step_tok_s": n / python, "ratio_to_python_step": python / new}
 
 
 def step_times(be, prompt: str, repeats: int) -> dict:
@@ -135,7 +139,8 @@ ARMS = {"none": ["--train", "none"], "vpo": ["--train", "vpo"],  # vpo: the defa
         "vpo_transformers": ["--train", "vpo", "--set", "train.fast_forward=false"],  # forwards via transformers
         "vpo_lag2": ["--train", "vpo", "--set", "train.lag=2"],  # two steps in flight: one more version of staleness
         "vpo_fp32": ["--train", "vpo", "--set", "train.frozen_dtype=fp32"],  # the learner's products all in fp32
-        "none_blas": ["--train", "none", "--hf-products", "blas"]}  # the sampler's products in torch.mm
+        "none_blas": ["--train", "none", "--hf-products", "blas"],  # the sampler's products in torch.mm
+        "none_python": ["--train", "none", "--hf-step", "python"]}  # the sampler's decode step in Python
 
 
 OLD = "@baseline"  # the suffix of an arm run by the tree of --baseline
@@ -318,7 +323,9 @@ def main() -> None:
                       f"of the FLOP limit, {100 * r['share_of_memory_limit']:.0f}% of the memory limit; products "
                       f"{r['products']}" + ("" if r["products"] == "blas" else
                                             f", {r['ratio_to_blas']:.2f}x its blas products' {r['fast_blas_tok_s']:.0f}")
-                      + ")")
+                      + f"; step {r['step']}" + ("" if r["step"] == "python" else
+                                                  f", {r['ratio_to_python_step']:.2f}x its Python step's "
+                                                  f"{r['fast_python_step_tok_s']:.0f}") + ")")
         res["sampling"] = rows
         st = step_times(be, prompt, args.repeats)
         res["step"] = st
@@ -339,7 +346,8 @@ def main() -> None:
                  "vpo_transformers": "trained through transformers' forward",
                  "vpo_lag2": "trained with two steps in flight (train.lag 2)",
                  "vpo_fp32": "trained with every product in fp32 (train.frozen_dtype fp32)",
-                 "none_blas": "untrained with the sampler's products in torch.mm (--hf-products blas)"}
+                 "none_blas": "untrained with the sampler's products in torch.mm (--hf-products blas)",
+                 "none_python": "untrained with the sampler's decode step in Python (--hf-step python)"}
         names.update({baseline_arm(a): f"{names[a]} by {args.baseline}" for a in ARMS})
         print(arms_line(c, f"{c['iterations']}-iteration campaign at G = {c['group']} (medians of {args.repeats}): ",
                         "wall_", "ratio_", "s", names=names))

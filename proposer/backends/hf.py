@@ -90,7 +90,8 @@ class HFBackend(AdapterState):
                  dtype: Any = None, adapter: str | os.PathLike[str] | None = None, batch_size: int = 16,
                  max_context: int | None = None, *, threads: int | None = None, chat: bool | str = False,
                  rescore: bool = False, policy_version: int = 0, name: str | None = None,
-                 seed: int | None = None, fast_sampler: bool = True, products: str = "auto") -> None:
+                 seed: int | None = None, fast_sampler: bool = True, products: str = "auto",
+                 step: str = "auto") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import warnings
 
@@ -117,6 +118,7 @@ class HFBackend(AdapterState):
         self.fast_sampler = bool(fast_sampler)  # False: the general transformers loop even where the fast one applies
         try:  # the fast sampler's linear products (fast_sampler.choose_products), resolved once here
             self.products = _fast.choose_products(products, self.device, self.dtype)
+            self.step = _fast.choose_step(step, self.device, self.dtype) if self.fast_sampler else "python"
         except ValueError as exc:
             raise BackendError(f"hf: {exc}") from None
         self.seed = seed  # used when a call's SamplingParams has no seed (then calls differ: a counter is added)
@@ -179,7 +181,7 @@ class HFBackend(AdapterState):
         if not self.pinnable():
             return False
         with torch.no_grad():
-            self._pinned = _fast.Weights(self._model, self.products)
+            self._pinned = _fast.Weights(self._model, self.products, self.step)
         return True
 
     def unpin_sampling(self) -> None:
@@ -316,7 +318,7 @@ class HFBackend(AdapterState):
         budget = max(min(int(sampling.max_tokens), self.max_context - width), 0)
         return _fast.sample(self._model, rows, budget, float(sampling.temperature), float(sampling.top_p),
                             self.eos_ids, gen, weights=None if getattr(self._live, "on", False) else self._pinned,
-                            products=self.products)
+                            products=self.products, step=self.step)
 
     def generate(self, prompts: list[str], n: int, sampling: SamplingParams) -> list[list[Completion]]:
         """For each prompt, n sampled completions (one group)."""

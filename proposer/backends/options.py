@@ -49,9 +49,14 @@ class HFOptions(BackendOptions):
                             "packed once per call (fp32 on a CPU only); auto: onednn on a CPU that is not Intel's, "
                             "where MKL's decode-step products ran ~1.4x slower, else blas "
                             "(proposer/backends/fast_sampler.py choose_products)")
+    step: Literal["auto", "python", "native"] = Field(
+        "auto", description="the fast sampler's decode step: python; native: the same operators in C++, the same "
+                            "bits, built once per machine (fp32 on a CPU only: proposer/backends/native_step.py); "
+                            "auto: native where it builds, else python")
 
     def kwargs(self, run: BackendRun) -> dict[str, Any]:
-        kw: dict[str, Any] = {"chat": run.chat, "fast_sampler": self.sampler == "fast", "products": self.products}
+        kw: dict[str, Any] = {"chat": run.chat, "fast_sampler": self.sampler == "fast", "products": self.products,
+                              "step": self.step}
         if run.threads:
             kw["threads"] = run.threads
         if run.dtype != "auto":

@@ -276,9 +276,9 @@ def test_the_run_configs_products_reach_the_sampler(monkeypatch):
     made = []
 
     class Seen(fs.Weights):
-        def __init__(self, model, products="auto"):
+        def __init__(self, model, products="auto", step="auto"):
             made.append(products)
-            super().__init__(model, products)
+            super().__init__(model, products, step)
 
     monkeypatch.setattr(fs, "Weights", Seen)
     libs = ["blas"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])

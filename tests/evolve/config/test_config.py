@@ -91,7 +91,7 @@ def test_backend_options_are_the_backends_own(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(p, {})
     assert str(e.value) == (f"{p}: 'proposer.options.sleep' is not an option of backend 'hf' (its options: sampler, "
-                            "products)")
+                            "products, step)")
     with pytest.raises(ConfigError, match="'proposer.options.replicas' is not an option of backend 'vllm' "
                        r"\(its options: gpu_memory_utilization, tensor_parallel_size, sleep\)"):
         load_config(None, {"proposer.spec": "vllm:/m", "proposer.options.replicas": 2})

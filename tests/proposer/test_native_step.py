@@ -1,0 +1,133 @@
+"""The fast sampler's C++ decode step (proposer/backends/native_step.cpp): the Python step's bits, tokens and
+log-probs, in every layout the sampler runs; chosen where it builds, the Python step (with a one-line reason)
+where it cannot; the run config's ``proposer.options.step`` reaches every snapshot."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from proposer.backends import TINY_CHECKPOINT, make_backend, native_step  # noqa: E402
+from proposer.backends import fast_sampler as fs  # noqa: E402
+from proposer.backends.base import SamplingParams  # noqa: E402
+from proposer.training.lora import wrap_lora  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint"),
+              pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")]
+PRODUCTS = ["blas", pytest.param("onednn", marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                                                                    reason="this torch has no oneDNN"))]
+
+
+@pytest.fixture(scope="module")
+def models():
+    """The bundled model with a LoRA (random B: the merge is not the identity), and a random Qwen2 with q/k/v
+    biases and grouped-query heads."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    assert native_step.load() is not None, native_step.reason()  # a machine with a compiler builds it
+    be = make_backend("tiny", threads=1)
+    torch.manual_seed(0)
+    lora = wrap_lora(be.model, rank=8)
+    for n, p in lora.named_parameters():
+        if "lora_B" in n:
+            p.data.normal_(0.0, 0.05)
+    long = be.encode_prompt("def f(xs):\n    # EVOLVE-BLOCK-START\n    return sum(x * x for x in xs)\n"
+                            "    # EVOLVE-BLOCK-END\n# the sum of squares\n<answer_1>", 200)[0]
+    short = be.encode_prompt("# sort the list\n<answer_1>", 200)[0]
+    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2,
+                                        max_position_embeddings=256)).eval()
+    return {"tiny lora": (lora, long, short, be.eos_ids), "qwen2 biases": (qwen, [5, 9, 13, 2, 7, 7, 1], [4, 4, 8],
+                                                                            {96})}
+
+
+@pytest.mark.parametrize("products", PRODUCTS)
+@pytest.mark.parametrize("layout", ["one prompt", "two prompts"])
+@pytest.mark.parametrize("case", ["tiny lora", "qwen2 biases"])
+@pytest.mark.parametrize("temperature,top_p", [(0.0, 1.0), (0.7, 0.9), (1.0, 1.0)])
+def test_the_native_step_gives_the_python_steps_bits(models, case, layout, products, temperature, top_p):
+    model, long, short, eos = models[case]
+    rows = [long] * 8 if layout == "one prompt" else [long] * 5 + [short] * 3
+    eos = eos if temperature > 0 else {-1}  # greedy rows run the whole budget; sampled ones end apart (compactions)
+    got = {}
+    for step in ("python", "native"):
+        w = fs.Weights(model, products, step)
+        assert w.step == step
+        got[step] = fs.sample(model, rows, 120, temperature, top_p, eos, torch.Generator().manual_seed(7), weights=w)
+    assert got["native"] == got["python"]  # tokens, log-probs (floats compared exactly), finished flags
+    assert sum(len(g[0]) for g in got["native"]) > 40, [len(g[0]) for g in got["native"]]
+
+
+def test_the_step_choice():
+    """auto: native for fp32 CPU weights where it builds; python elsewhere; a bad choice, or native where it cannot
+    run, is a one-line error, from the backend too."""
+    from proposer.errors import BackendError
+
+    assert fs.choose_step("auto", "cpu", torch.float32) == "native"
+    assert fs.choose_step("auto", "cpu", torch.float64) == "python"
+    assert fs.choose_step("python", "cpu", torch.float32) == "python"
+    assert fs.choose_step("native", "cpu", torch.float32) == "native"
+    for bad, msg in ((("cuda-graphs", "cpu", torch.float32), "step must be one of auto, python, native, got "),
+                     (("native", "cpu", torch.float64), "step native needs fp32 weights on a CPU")):
+        with pytest.raises(ValueError, match=msg) as err:
+            fs.choose_step(*bad)
+        assert "\n" not in str(err.value)
+    with pytest.raises(BackendError, match="^hf: fast sampler: step must be one of") as err:
+        make_backend("tiny", threads=1, step="jit")
+    assert "\n" not in str(err.value)
+    assert make_backend("tiny", threads=1, fast_sampler=False).step == "python"  # the general loop builds nothing
+
+
+def test_where_it_cannot_be_built_the_python_step_runs(tmp_path):
+    """No compiler (CXX names none) and an empty extension cache: ``auto`` samples with the Python step and logs why
+    once, in one line; ``native`` is a one-line backend error. A real build, in a fresh process."""
+    code = ("import torch\nfrom proposer.backends import fast_sampler as fs, make_backend\n"
+            "from proposer.backends.base import SamplingParams\n"
+            "be = make_backend('tiny', threads=1)\nprint('step', be.step)\n"
+            "print('gen', len(be.generate(['def f(x):'], 2, SamplingParams(max_tokens=4, seed=0))[0]))\n"
+            "try:\n    make_backend('tiny', threads=1, step='native')\n"
+            "except Exception as e:\n    print('error', type(e).__name__, str(e))\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-compiler"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "cache"),
+           "PYTHONPATH": ROOT}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["step python", "gen 2"]
+    assert lines[2].startswith("error BackendError hf: fast sampler: step native: cannot build the C++ decode step")
+    warned = [ln for ln in out.stderr.splitlines() if "the Python decode step runs" in ln]
+    assert len(warned) == 1 and "cannot build the C++ decode step" in warned[0]
+
+
+def test_the_run_configs_step_reaches_the_sampler(monkeypatch):
+    """``proposer.options.step`` (``--hf-step``) goes from the run config to the backend and into every snapshot it
+    samples from; a value outside the choices is a one-line config error."""
+    from evolve.config.schema import ConfigError, load_config
+    from evolve.launch.runner import backend_kwargs
+
+    made = []
+
+    class Seen(fs.Weights):
+        def __init__(self, model, products="auto", step="auto"):
+            super().__init__(model, products, step)
+            made.append(self.step)
+
+    monkeypatch.setattr(fs, "Weights", Seen)
+    for step in ("python", "native"):
+        kw = backend_kwargs(load_config(None, {"proposer.spec": "tiny", "proposer.options.step": step}))
+        assert kw["step"] == step
+        be = make_backend("tiny", **{**kw, "threads": 1})
+        assert be.step == step
+        be.generate(["def f(x):"], 2, SamplingParams(temperature=1.0, max_tokens=4, seed=0))
+        assert be.pin_sampling()
+        be.unpin_sampling()
+        assert made[-2:] == [step, step]
+    with pytest.raises(ConfigError, match="proposer.options.step") as err:
+        load_config(None, {"proposer.spec": "tiny", "proposer.options.step": "jit"})
+    assert "\n" not in str(err.value)

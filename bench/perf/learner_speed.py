@@ -71,9 +71,14 @@ def flop_limit(device: str, repeats: int) -> dict[str, float]:
     b = torch.randn(1024, 1024, device=device)
     out = {"blas": 2 * 1024 ** 3 / median_time(lambda: a @ b, repeats * 3) / 1e9}
     if device == "cpu" and torch.backends.mkldnn.is_available():
-        packed = fs._t((b.t(), None), onednn=True)  # the sampler's own packing and product
+        packed = fs._t((b.t(), None), "onednn")  # the sampler's own packing and product
         t = median_time(lambda: fs._lin(a, packed), repeats * 3)
         out["onednn"] = 2 * 1024 ** 3 / t / 1e9
+    from proposer.backends import native_step
+
+    if device == "cpu" and native_step.avx512():
+        packed = fs._t((b.t(), None), "native")
+        out["native"] = 2 * 1024 ** 3 / median_time(lambda: fs._lin(a, packed), repeats * 3) / 1e9
     return out
 
 

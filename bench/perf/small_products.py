@@ -44,7 +44,10 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"load average before: {os.getloadavg()}; CPU vendor {fs.cpu_vendor() or 'unknown'}; auto picks "
           f"{fs.choose_products('auto', 'cpu', torch.float32)}")
-    libs = ["blas"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
+    from proposer.backends import native_step
+
+    libs = (["blas"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
+            + (["native"] if native_step.avx512() else []))
     with torch.inference_mode():
         w = {lib: fs.Weights(be.model, lib) for lib in libs}
         mats = {lib: [m for layer in ws.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [ws.head]
@@ -62,7 +65,7 @@ def main() -> None:
             print(f"{rows:3d} rows: " + ", ".join(
                 f"{lib} {1e3 * t:.2f} ms ({flops / t / 1e9:.1f} GFLOP/s, {nbytes / t / 1e9:.1f} GB/s of weights)"
                 for lib, t in ms.items())
-                + (f"; blas / onednn {ms['blas'] / ms['onednn']:.2f}x" if "onednn" in ms else ""))
+                + "".join(f"; blas / {lib} {ms['blas'] / ms[lib]:.2f}x" for lib in libs[1:]))
     print(f"load average after: {os.getloadavg()}")
 
 

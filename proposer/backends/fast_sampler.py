@@ -21,7 +21,8 @@ token, and G copies of the same prompt prefilled. Here:
   model's weights read per token: ~39% of a step of 8 rows), and attention and the other operators, a few
   microseconds of framework cost each, take the rest (docs/TRAINING.md). Where MKL does not take its fast
   kernels (a CPU not Intel's) the products run in oneDNN on weights packed once per snapshot instead
-  (``choose_products``: 1.18x the sampler's tokens/s on the AMD EPYC here).
+  (``choose_products``: 1.18x the sampler's tokens/s on the AMD EPYC here), or, with AVX-512, in native_step.cpp's
+  own kernel for a few rows (2x oneDNN's products at 8 rows there).
 * **The step in C++** where it can be built (``choose_step``; native_step.cpp): the same ATen operators in the same
   order, so the same bits, without the interpreter's few microseconds around each of the step's ~870 operators.
 * **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).
@@ -51,7 +52,7 @@ from proposer.backends.logprobs import base_model, nucleus, tempered_logprobs
 
 _ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
 COMPACT_AT = 0.75  # compact the batch when at most this share of its rows is still running
-PRODUCTS = ("auto", "blas", "onednn")  # the linear products' library (``choose_products``)
+PRODUCTS = ("auto", "blas", "onednn", "native")  # the linear products' library (``choose_products``)
 STEPS = ("auto", "python", "native")  # the decode step's language (``choose_step``)
 
 
@@ -69,17 +70,30 @@ def cpu_vendor() -> str:
 
 
 def choose_products(choice: str, device: torch.device | str, dtype: torch.dtype) -> str:
-    """The library the sampler's linear products run in: ``blas`` (``torch.mm``: MKL in the x86 wheels) or
-    ``onednn`` (oneDNN on weights packed once per snapshot). ``auto``: onednn for fp32 weights on a CPU that is not
-    Intel's, blas elsewhere. MKL takes its fast kernels on Intel CPUs only: on the AMD EPYC here it ran the decode
-    step's products (8 rows, the bundled model's 23 MB of weights) in 2.7-2.9 ms where oneDNN took 1.8-2.1 ms
-    (docs/TRAINING.md). Intel CPUs keep the path measured there."""
+    """The library the sampler's linear products run in: ``blas`` (``torch.mm``: MKL in the x86 wheels), ``onednn``
+    (oneDNN on weights packed once per snapshot) or ``native`` (native_step.cpp's AVX-512 kernel on weights packed
+    once per snapshot; a matrix whose width is not a multiple of 16 keeps ``blas``). ``auto`` on a CPU that is not
+    Intel's, fp32 weights: native where it runs, else onednn; blas elsewhere. MKL takes its fast kernels on Intel
+    CPUs only: on the AMD EPYC here the decode step's products (8 rows, the bundled model's 23 MB of weights) took
+    ~3.0 ms in MKL, ~2.2 ms in oneDNN and ~1.1 ms in the native kernel (bench/perf/small_products.py). Intel CPUs
+    keep the path measured there."""
     if choice not in PRODUCTS:
         raise ValueError(f"fast sampler: products must be one of {', '.join(PRODUCTS)}, got {choice!r}")
-    ok = torch.device(device).type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    cpu32 = torch.device(device).type == "cpu" and dtype == torch.float32
+    ok = cpu32 and torch.backends.mkldnn.is_available()
     if choice == "onednn" and not ok:
         raise ValueError(f"fast sampler: products onednn needs fp32 weights on a CPU with oneDNN (here {dtype} on "
                          f"{torch.device(device).type})")
+    if choice == "native" and not cpu32:
+        raise ValueError(f"fast sampler: products native needs fp32 weights on a CPU (here {dtype} on "
+                         f"{torch.device(device).type})")
+    if choice == "native" or (choice == "auto" and cpu32 and cpu_vendor() not in ("GenuineIntel", "")):
+        from proposer.backends import native_step
+
+        if native_step.avx512():
+            return "native"
+        if choice == "native":
+            raise ValueError("fast sampler: products native: " + (native_step.reason() or "this CPU has no AVX-512"))
     if choice == "auto":
         return "onednn" if ok and cpu_vendor() not in ("GenuineIntel", "") else "blas"
     return choice
@@ -176,7 +190,7 @@ class Weights:
         self.norm = inner.norm.weight.detach()
         self.device = self.embed.device
         self.products = choose_products(products, self.device, self.dtype)
-        onednn = self.products == "onednn"
+        lib = self.products
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float,
                                                       device=self.device) / self.head_dim))
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -188,11 +202,11 @@ class Weights:
             gate_up = _cat([_effective(mlp.gate_proj), _effective(mlp.up_proj)])
             if self.fold:
                 qkv, gate_up = _fold(qkv, ln1), _fold(gate_up, ln2)
-            self.layers.append(_Layer(ln1, ln2, _t(qkv, onednn), _t(_effective(att.o_proj), onednn),
-                                      _t(gate_up, onednn), _t(_effective(mlp.down_proj), onednn)))
+            self.layers.append(_Layer(ln1, ln2, _t(qkv, lib), _t(_effective(att.o_proj), lib), _t(gate_up, lib),
+                                      _t(_effective(mlp.down_proj), lib)))
         head = _fold(_effective(base.lm_head), self.norm if self.fold else None)[0]
         self.vocab = head.shape[0]
-        self.head = _t((head, None), onednn)
+        self.head = _t((head, None), lib)
         self.step = choose_step(step, self.device, self.dtype)
         mats = [m for layer in self.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [self.head]
         self.flat = ([m[0] for m in mats], [m[1] for m in mats])  # native_step.cpp's weights and biases
@@ -207,14 +221,19 @@ class Weights:
         return self._table
 
 
-def _t(linear: tuple[torch.Tensor, torch.Tensor | None], onednn: bool = False
+def _t(linear: tuple[torch.Tensor, torch.Tensor | None], products: str = "blas"
        ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(W^T contiguous, bias): ``x @ W^T`` reads it row-major. At a decode step's few rows this runs ~1.5x faster
     than ``F.linear`` (MKL's small-M path for a transposed operand) and gives the bits ``F.linear`` gives on many
     rows (the trainer's recompute), where ``F.linear`` on <= 8 rows does not. ``onednn``: (W packed in oneDNN's
-    blocked layout, bias) instead (``choose_products``)."""
-    if onednn:
+    blocked layout, bias) instead; ``native``: (W^T in native_step.cpp's panels, 3-D, bias) where W's rows are a
+    multiple of 16 (``choose_products``)."""
+    if products == "onednn":
         return torch.ops.mkldnn._reorder_linear_weight(linear[0].contiguous()), linear[1]
+    if products == "native" and linear[0].shape[0] % 16 == 0:
+        from proposer.backends import native_step
+
+        return native_step.load().pack(linear[0].t()), linear[1]
     return linear[0].t().contiguous(), linear[1]
 
 
@@ -222,6 +241,8 @@ def _lin(x: torch.Tensor, wb: tuple[torch.Tensor, torch.Tensor | None]) -> torch
     wt, b = wb
     if x.dim() != 2:
         return _lin(x.reshape(-1, x.shape[-1]), wb).view(*x.shape[:-1], -1)
+    if wt.dim() == 3:  # native_step.cpp's panels
+        return torch.ops.vevo_sampler.linear(x, wt, b)
     if wt.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, wt, b, "none", [], "")
     return torch.mm(x, wt) if b is None else torch.addmm(b, x, wt)
@@ -360,7 +381,7 @@ def _native_step(w: Weights, tok: torch.Tensor, cos: torch.Tensor, sin: torch.Te
     from proposer.backends import native_step
 
     pk, pv = ([p[0] for p in cache.prefix], [p[1] for p in cache.prefix]) if cache.prefix is not None else ([], [])
-    return native_step.load()(tok, cos, sin, w.embed, *w.flat, cache.k, cache.v, pk, pv, at, mask, w.n_heads,
+    return native_step.load().step(tok, cos, sin, w.embed, *w.flat, cache.k, cache.v, pk, pv, at, mask, w.n_heads,
                               w.n_kv, w.head_dim, w.n_t, w.eps_t)
 
 

@@ -1,4 +1,5 @@
-"""Build and load the fast sampler's C++ decode step (native_step.cpp), once per machine and torch version.
+"""Build and load the fast sampler's C++ operators (native_step.cpp: its decode step, and the ``native`` linear
+products on AVX-512 CPUs), once per machine and torch version.
 
 torch's own JIT builder compiles it (~15 s on the 2-core machines here, with ninja from PyPI and the system's C++
 compiler) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), and later
@@ -23,7 +24,7 @@ _lock = threading.Lock()
 
 
 def build(build_directory: str | os.PathLike[str] | None = None) -> tuple[object | None, str]:
-    """(the step operator, "") or (None, why it could not be built, one line)."""
+    """(the operators: ``torch.ops.vevo_sampler``, "") or (None, why they could not be built, one line)."""
     from torch.utils import cpp_extension
 
     with _lock:
@@ -40,7 +41,7 @@ def build(build_directory: str | os.PathLike[str] | None = None) -> tuple[object
         try:
             if build_directory is not None:
                 Path(build_directory).mkdir(parents=True, exist_ok=True)
-            cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cflags=["-O2"], is_python_module=False,
+            cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
                                build_directory=None if build_directory is None else str(build_directory),
                                verbose=False)
         except Exception as exc:  # a compiler's error, a missing tool, an unwritable cache: the Python step runs
@@ -48,7 +49,7 @@ def build(build_directory: str | os.PathLike[str] | None = None) -> tuple[object
         finally:
             os.environ["PATH"] = path
             quiet.setLevel(level)
-    return torch.ops.vevo_sampler.step, ""
+    return torch.ops.vevo_sampler, ""
 
 
 def _first_error(text: str) -> str:
@@ -71,9 +72,16 @@ def _loaded() -> tuple[object | None, str]:
     return op, why
 
 
-def load() -> object | None:
-    """The step operator, built or loaded on the first call in this process; None where it cannot be built."""
+def load():
+    """The operators (``.step``, ``.linear``, ``.pack``, ``.avx512``), built or loaded on the first call in this
+    process; None where they cannot be built."""
     return _loaded()[0]
+
+
+def avx512() -> bool:
+    """Whether the ``native`` linear products can run here: the operators built and the CPU has AVX-512."""
+    ops = load()
+    return ops is not None and bool(ops.avx512())
 
 
 def reason() -> str:

@@ -44,10 +44,12 @@ class HFOptions(BackendOptions):
         "fast", description="fast: the KV-cached plain-torch sampler where the model's layout allows it "
                             "(proposer/backends/fast_sampler.py; else the general loop); general: the transformers "
                             "decode loop always (the sampler of earlier versions, for their exports)")
-    products: Literal["auto", "blas", "onednn"] = Field(
+    products: Literal["auto", "blas", "onednn", "native"] = Field(
         "auto", description="the fast sampler's linear products: blas: torch.mm (MKL); onednn: oneDNN on weights "
-                            "packed once per call (fp32 on a CPU only); auto: onednn on a CPU that is not Intel's, "
-                            "where MKL's decode-step products ran ~1.4x slower, else blas "
+                            "packed once per call; native: vevo's AVX-512 kernel for a few rows "
+                            "(proposer/backends/native_step.cpp); the last two fp32 on a CPU only. auto: on a CPU "
+                            "that is not Intel's native where it runs, else onednn (MKL's decode-step products ran "
+                            "~1.5x slower than oneDNN's, ~3x slower than native's there); blas elsewhere "
                             "(proposer/backends/fast_sampler.py choose_products)")
     step: Literal["auto", "python", "native"] = Field(
         "auto", description="the fast sampler's decode step: python; native: the same operators in C++, the same "

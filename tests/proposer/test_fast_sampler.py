@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
 from proposer.backends import fast_sampler as fs  # noqa: E402
+from proposer.backends import native_step  # noqa: E402
 from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.backends.logprobs import batch_sequence_logprobs  # noqa: E402
 from proposer.training.lora import wrap_lora  # noqa: E402
@@ -22,9 +23,11 @@ SHORT = "# sort the list, then keep the first three elements\n<answer_1>"
 pytestmark = pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint")
 
 
-# the two libraries of the linear products (fast_sampler.choose_products): each test below runs both
+# the libraries of the linear products (fast_sampler.choose_products): each test below runs each one this machine has
 PRODUCTS = ["blas", pytest.param("onednn", marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
-                                                                    reason="this torch has no oneDNN"))]
+                                                                    reason="this torch has no oneDNN")),
+            pytest.param("native", marks=pytest.mark.skipif(not native_step.avx512(),
+                                                            reason="no AVX-512, or the C++ operators do not build"))]
 
 
 @pytest.fixture(scope="module")
@@ -247,25 +250,36 @@ def test_onednn_weights_are_the_blas_ones_packed(tiny, lora_model, case):
 
 
 def test_the_products_choice(tiny, monkeypatch):
-    """auto: oneDNN on fp32 CPU weights where the CPU is not Intel's; an unknown choice or oneDNN where it cannot
-    run is a one-line error, from the backend too."""
+    """auto on fp32 CPU weights where the CPU is not Intel's: the native kernel where it runs (AVX-512, the C++
+    operators built), else oneDNN; blas elsewhere. An unknown choice, or a library where it cannot run, is a
+    one-line error, from the backend too."""
     from proposer.errors import BackendError
 
     f32 = torch.float32
-    for vendor, want in (("GenuineIntel", "blas"), ("AuthenticAMD", "onednn"), ("", "blas")):
+    dnn = "onednn" if torch.backends.mkldnn.is_available() else "blas"
+    avx512 = native_step.avx512()
+    for vendor, has_avx512, want in (("GenuineIntel", avx512, "blas"), ("AuthenticAMD", avx512, "native" if avx512
+                                                                         else dnn),
+                                     ("AuthenticAMD", False, dnn), ("", avx512, "blas")):
         monkeypatch.setattr(fs, "cpu_vendor", lambda v=vendor: v)
-        expect = want if torch.backends.mkldnn.is_available() else "blas"
-        assert fs.choose_products("auto", "cpu", f32) == expect
+        monkeypatch.setattr(native_step, "avx512", lambda h=has_avx512: h)
+        assert fs.choose_products("auto", "cpu", f32) == want
         assert fs.choose_products("auto", "cpu", torch.float64) == "blas"
         assert fs.choose_products("blas", "cpu", f32) == "blas"
-    for bad, msg in ((("mkl", "cpu", f32), "products must be one of auto, blas, onednn, got 'mkl'"),
-                     (("onednn", "cpu", torch.float64), "products onednn needs fp32 weights on a CPU")):
+    monkeypatch.undo()
+    bad = [(("mkl", "cpu", f32), "products must be one of auto, blas, onednn, native, got 'mkl'"),
+           (("onednn", "cpu", torch.float64), "products onednn needs fp32 weights on a CPU"),
+           (("native", "cpu", torch.float64), "products native needs fp32 weights on a CPU")]
+    if not avx512:
+        bad.append((("native", "cpu", f32), "products native: "))
+    for args, msg in bad:
         with pytest.raises(ValueError, match=msg) as err:
-            fs.choose_products(*bad)
+            fs.choose_products(*args)
         assert "\n" not in str(err.value)
     with pytest.raises(BackendError, match="^hf: fast sampler: products must be one of") as err:
         make_backend("tiny", threads=1, products="mkl")
     assert "\n" not in str(err.value)
+
 
 def test_the_run_configs_products_reach_the_sampler(monkeypatch):
     """``proposer.options.products`` (``--hf-products``) goes from the run config to the backend and into every

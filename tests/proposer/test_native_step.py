@@ -1,6 +1,8 @@
-"""The fast sampler's C++ decode step (proposer/backends/native_step.cpp): the Python step's bits, tokens and
-log-probs, in every layout the sampler runs; chosen where it builds, the Python step (with a one-line reason)
-where it cannot; the run config's ``proposer.options.step`` reaches every snapshot."""
+"""The fast sampler's C++ operators (proposer/backends/native_step.cpp). Its decode step: the Python step's bits,
+tokens and log-probs, in every layout the sampler runs; chosen where it builds, the Python step (with a one-line
+reason) where it cannot; the run config's ``proposer.options.step`` reaches every snapshot. Its ``native`` linear
+products: the same matrices, packed; the products of torch.mm to fp32's noise, each row's the same whatever
+the batch holds."""
 from __future__ import annotations
 
 import os
@@ -21,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = [pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint"),
               pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None, reason="no C++ compiler")]
 PRODUCTS = ["blas", pytest.param("onednn", marks=pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
-                                                                    reason="this torch has no oneDNN"))]
+                                                                    reason="this torch has no oneDNN")),
+            pytest.param("native", marks=pytest.mark.skipif(not native_step.avx512(), reason="no AVX-512"))]
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +134,32 @@ def test_the_run_configs_step_reaches_the_sampler(monkeypatch):
     with pytest.raises(ConfigError, match="proposer.options.step") as err:
         load_config(None, {"proposer.spec": "tiny", "proposer.options.step": "jit"})
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(not native_step.avx512(), reason="no AVX-512")
+@pytest.mark.parametrize("case", ["tiny lora", "qwen2 biases"])
+def test_native_products_are_the_blas_weights_packed(models, case):
+    """Each packed matrix is W^T in panels, bit for bit (a width not a multiple of 16, the Qwen2's 97-token head,
+    stays W^T); the product of the identity gives W^T back exactly; at 1 to 37 rows (full and partial blocks of 8)
+    the products are torch.mm's to fp32's noise, with the biases, and a row's bits do not depend on the rows
+    beside it (the sampler's rows stay reproducible as others finish)."""
+    model = models[case][0]
+    with torch.no_grad():
+        blas, nat = fs.Weights(model, "blas", "python"), fs.Weights(model, "native", "python")
+    pairs = [(a, b) for la, lb in zip(blas.layers, nat.layers)
+             for a, b in zip((la.qkv, la.o, la.gate_up, la.down), (lb.qkv, lb.o, lb.gate_up, lb.down))]
+    packed_any = False
+    for (wt, bias), (packed, nbias) in pairs + [(blas.head, nat.head)]:
+        assert (bias is None and nbias is None) or torch.equal(bias, nbias)
+        if wt.shape[1] % 16:
+            assert torch.equal(packed, wt)
+            continue
+        packed_any = True
+        assert packed.dim() == 3 and torch.equal(packed.permute(1, 0, 2).reshape(wt.shape), wt)
+        assert torch.equal(fs._lin(torch.eye(wt.shape[0]), (packed, None)), wt)
+        x = torch.randn(37, wt.shape[0], generator=torch.Generator().manual_seed(0))
+        for rows in (1, 3, 8, 9, 16, 37):
+            got = fs._lin(x[:rows], (packed, nbias))
+            assert torch.allclose(got, fs._lin(x[:rows], (wt, bias)), rtol=1e-5, atol=1e-5)
+            assert torch.equal(got[rows - 1:], fs._lin(x[rows - 1:rows], (packed, nbias)))
+    assert packed_any

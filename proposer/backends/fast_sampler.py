@@ -208,6 +208,8 @@ class Weights:
         self.vocab = head.shape[0]
         self.head = _t((head, None), lib)
         self.step = choose_step(step, self.device, self.dtype)
+        # products native: the group's shared-prompt attention in native_step.cpp's loops too, by either step
+        self.own_attention = lib == "native" and self.head_dim % 16 == 0 and self.head_dim <= 128
         mats = [m for layer in self.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)] + [self.head]
         self.flat = ([m[0] for m in mats], [m[1] for m in mats])  # native_step.cpp's weights and biases
 
@@ -363,7 +365,10 @@ def _step(w: Weights, tok: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, c
         k, v = qk[:, nh:], qkv[:, nq + nkv:].view(rows, w.n_kv, hd)
         if cache.prefix is not None:
             kc[:, :, at], vc[:, :, at] = k.transpose(0, 1), v.transpose(0, 1)
-            a = _shared_prefix_attention(qk[:, :nh], *cache.prefix[li], kc[:, :, : at + 1], vc[:, :, : at + 1])
+            if w.own_attention:
+                a = torch.ops.vevo_sampler.prefix_attention(qk[:, :nh], *cache.prefix[li], kc, vc, at + 1)
+            else:
+                a = _shared_prefix_attention(qk[:, :nh], *cache.prefix[li], kc[:, :, : at + 1], vc[:, :, : at + 1])
         else:
             kc[:, :, at], vc[:, :, at] = k, v
             a = F.scaled_dot_product_attention(qk[:, :nh, None], kc[:, :, : at + 1], vc[:, :, : at + 1],
@@ -382,7 +387,7 @@ def _native_step(w: Weights, tok: torch.Tensor, cos: torch.Tensor, sin: torch.Te
 
     pk, pv = ([p[0] for p in cache.prefix], [p[1] for p in cache.prefix]) if cache.prefix is not None else ([], [])
     return native_step.load().step(tok, cos, sin, w.embed, *w.flat, cache.k, cache.v, pk, pv, at, mask, w.n_heads,
-                              w.n_kv, w.head_dim, w.n_t, w.eps_t)
+                              w.n_kv, w.head_dim, w.n_t, w.eps_t, w.own_attention)
 
 
 def _shared_prefix_attention(q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, keys: torch.Tensor,

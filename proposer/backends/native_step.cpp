@@ -105,6 +105,108 @@ at::Tensor native_linear(const at::Tensor& x_in, const at::Tensor& packed, const
   return out;
 }
 
+// ---- The `native` shared-prompt attention (_shared_prefix_attention's values, to fp32's noise): one query
+// per row over [the group's prompt ; the row's own tokens], the scores and the weighted sum in AVX-512 loops
+// around ATen's softmax. bmm ran these batches of one query at a sixth of a step from a cold cache; here each
+// row's own keys and values are read once, in order. head_dim a multiple of 16, at most 128.
+#if defined(__x86_64__)
+template <int NV>
+__attribute__((target("avx512f"))) void scores(const at::Tensor& q, const at::Tensor& pk, const at::Tensor& keys,
+                                                int64_t t, float* s) {
+  int64_t rows = q.size(0), h = q.size(1), d = q.size(2), hkv = pk.size(0), n_p = pk.size(1), g = h / hkv;
+  int64_t cap = keys.size(2), n = n_p + t;
+  const float* qp = q.data_ptr<float>();
+  const float* pkp = pk.data_ptr<float>();
+  const float* kp = keys.data_ptr<float>();
+  __m512 scale = _mm512_set1_ps(static_cast<float>(std::pow(static_cast<double>(d), -0.5)));
+  for (int64_t kh = 0; kh < hkv; ++kh)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t gi = 0; gi < g; ++gi) {
+        int64_t head = kh * g + gi;
+        const float* qr = qp + r * q.stride(0) + head * q.stride(1);
+        __m512 qv[NV];
+        for (int v = 0; v < NV; ++v) qv[v] = _mm512_mul_ps(_mm512_loadu_ps(qr + 16 * v), scale);
+        float* out = s + (r * h + head) * n;
+        for (int64_t j = 0; j < n; ++j) {
+          const float* k = j < n_p ? pkp + kh * pk.stride(0) + j * pk.stride(1)
+                                   : kp + ((kh * rows + r) * cap + (j - n_p)) * d;
+          __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(k));
+          for (int v = 1; v < NV; ++v) acc = _mm512_fmadd_ps(qv[v], _mm512_loadu_ps(k + 16 * v), acc);
+          out[j] = _mm512_reduce_add_ps(acc);
+        }
+      }
+}
+
+template <int NV>
+__attribute__((target("avx512f"))) void weighted(const float* a, const at::Tensor& pv, const at::Tensor& vals,
+                                                  int64_t rows, int64_t h, int64_t t, float* o) {
+  int64_t hkv = pv.size(0), n_p = pv.size(1), d = pv.size(2), g = h / hkv, cap = vals.size(2), n = n_p + t;
+  const float* pvp = pv.data_ptr<float>();
+  const float* vp = vals.data_ptr<float>();
+  for (int64_t kh = 0; kh < hkv; ++kh)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t gi = 0; gi < g; ++gi) {
+        int64_t head = kh * g + gi;
+        const float* ar = a + (r * h + head) * n;
+        __m512 acc[NV];
+        for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+        for (int64_t j = 0; j < n; ++j) {
+          const float* x = j < n_p ? pvp + kh * pv.stride(0) + j * pv.stride(1)
+                                   : vp + ((kh * rows + r) * cap + (j - n_p)) * d;
+          __m512 w = _mm512_set1_ps(ar[j]);
+          for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(w, _mm512_loadu_ps(x + 16 * v), acc[v]);
+        }
+        float* out = o + r * h * d + head * d;
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + 16 * v, acc[v]);
+      }
+}
+#endif
+
+// q (rows, H, D); pk, pv (Hkv, P, D), D unit stride; keys, vals the cache (Hkv, rows, capacity, D), contiguous,
+// its first t columns written. -> (rows, H * D).
+at::Tensor native_attention(const at::Tensor& q, const at::Tensor& pk, const at::Tensor& pv, const at::Tensor& keys,
+                            const at::Tensor& vals, int64_t t) {
+  TORCH_CHECK(avx512(), "vevo::prefix_attention: this CPU has no AVX-512");
+  int64_t rows = q.size(0), h = q.size(1), d = q.size(2);
+  bool ok = q.dim() == 3 && pk.dim() == 3 && pv.dim() == 3 && keys.dim() == 4 && vals.dim() == 4 &&
+            d % 16 == 0 && d <= 128 && h % pk.size(0) == 0 && pk.sizes() == pv.sizes() && pk.size(2) == d &&
+            keys.sizes() == vals.sizes() && keys.size(0) == pk.size(0) && keys.size(1) == rows &&
+            keys.size(3) == d && t >= 1 && t <= keys.size(2) && keys.is_contiguous() && vals.is_contiguous() &&
+            q.stride(2) == 1 && pk.stride(2) == 1 && pv.stride(2) == 1;
+  for (const at::Tensor* x : {&q, &pk, &pv, &keys, &vals}) ok = ok && x->scalar_type() == at::kFloat;
+  TORCH_CHECK(ok, "vevo::prefix_attention: fp32 q (rows, H, D), prompt (Hkv, P, D) and cache (Hkv, rows, T, D) "
+                  "expected, D a multiple of 16 up to 128");
+  int64_t n = pk.size(1) + t;
+  auto s = at::empty({rows, h, n}, q.options());
+  auto out = at::empty({rows, h * d}, q.options());
+#if defined(__x86_64__)
+  switch (d / 16) {
+    case 1: scores<1>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 2: scores<2>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 3: scores<3>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 4: scores<4>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 5: scores<5>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 6: scores<6>(q, pk, keys, t, s.data_ptr<float>()); break;
+    case 7: scores<7>(q, pk, keys, t, s.data_ptr<float>()); break;
+    default: scores<8>(q, pk, keys, t, s.data_ptr<float>()); break;
+  }
+  auto a = s.softmax(-1);
+  const float* ap = a.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  switch (d / 16) {
+    case 1: weighted<1>(ap, pv, vals, rows, h, t, op); break;
+    case 2: weighted<2>(ap, pv, vals, rows, h, t, op); break;
+    case 3: weighted<3>(ap, pv, vals, rows, h, t, op); break;
+    case 4: weighted<4>(ap, pv, vals, rows, h, t, op); break;
+    case 5: weighted<5>(ap, pv, vals, rows, h, t, op); break;
+    case 6: weighted<6>(ap, pv, vals, rows, h, t, op); break;
+    case 7: weighted<7>(ap, pv, vals, rows, h, t, op); break;
+    default: weighted<8>(ap, pv, vals, rows, h, t, op); break;
+  }
+#endif
+  return out;
+}
+
 // _lin: a weight packed here (3-D) runs native_linear, one packed by oneDNN its linear operator, a
 // pre-transposed one torch.mm / addmm.
 at::Tensor lin(const at::Tensor& x, const at::Tensor& wt, const std::optional<at::Tensor>& b) {
@@ -152,7 +254,8 @@ at::Tensor shared_prefix_attention(const at::Tensor& q, const at::Tensor& pk, co
 at::Tensor step(const at::Tensor& tok, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& embed,
                 at::TensorList W, const c10::List<std::optional<at::Tensor>>& B, at::TensorList K, at::TensorList V,
                 at::TensorList prefix_k, at::TensorList prefix_v, int64_t at_, const std::optional<at::Tensor>& mask,
-                int64_t nh, int64_t nkv, int64_t hd, const at::Tensor& n_t, const at::Tensor& eps_t) {
+                int64_t nh, int64_t nkv, int64_t hd, const at::Tensor& n_t, const at::Tensor& eps_t,
+                bool own_attention) {
   int64_t rows = tok.size(0), nq = nh * hd, nk = nkv * hd, nqk = nh + nkv;
   int64_t layers = static_cast<int64_t>(K.size());
   TORCH_CHECK(static_cast<int64_t>(W.size()) == 4 * layers + 1 && static_cast<int64_t>(B.size()) == 4 * layers + 1 &&
@@ -173,8 +276,11 @@ at::Tensor step(const at::Tensor& tok, const at::Tensor& cos, const at::Tensor& 
     if (prefix) {
       kc.select(2, at_).copy_(k.transpose(0, 1));
       vc.select(2, at_).copy_(v.transpose(0, 1));
-      a = shared_prefix_attention(qk.index({Slice(), Slice(None, nh)}), prefix_k[li], prefix_v[li],
-                                  kc.index({Slice(), Slice(), upto}), vc.index({Slice(), Slice(), upto}));
+      if (own_attention)
+        a = native_attention(qk.index({Slice(), Slice(None, nh)}), prefix_k[li], prefix_v[li], kc, vc, at_ + 1);
+      else
+        a = shared_prefix_attention(qk.index({Slice(), Slice(None, nh)}), prefix_k[li], prefix_v[li],
+                                    kc.index({Slice(), Slice(), upto}), vc.index({Slice(), Slice(), upto}));
     } else {
       kc.select(2, at_).copy_(k);
       vc.select(2, at_).copy_(v);
@@ -198,9 +304,11 @@ TORCH_LIBRARY(vevo_sampler, m) {
   m.def(
       "step(Tensor tok, Tensor cos, Tensor sin, Tensor embed, Tensor[] W, Tensor?[] B, Tensor[] K, Tensor[] V, "
       "Tensor[] prefix_k, Tensor[] prefix_v, int at, Tensor? mask, int nh, int nkv, int hd, Tensor n_t, "
-      "Tensor eps_t) -> Tensor",
+      "Tensor eps_t, bool own_attention) -> Tensor",
       &step);
   m.def("linear(Tensor x, Tensor packed, Tensor? bias) -> Tensor", &native_linear);
   m.def("pack(Tensor wt) -> Tensor", &pack);
+  m.def("prefix_attention(Tensor q, Tensor pk, Tensor pv, Tensor keys, Tensor vals, int t) -> Tensor",
+        &native_attention);
   m.def("avx512() -> bool", &avx512);
 }

@@ -2,25 +2,39 @@
 products on AVX-512 CPUs), once per machine and torch version.
 
 torch's own JIT builder compiles it (~15 s on the 2-core machines here, with ninja from PyPI and the system's C++
-compiler) into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``), and later
-processes load the built library in milliseconds. Where it cannot be built (no compiler, no writable cache) the
-sampler keeps its Python step, which computes the same bits; ``reason()`` says why.
+compiler) in a folder of torch's extension cache (``$TORCH_EXTENSIONS_DIR``, else ``~/.cache/torch_extensions``)
+named by the torch and Python versions and the source's hash, from a copy of the source kept there: every checkout
+of the same source shares one build, and a checkout of another source builds its own beside it, never over a
+library another process has loaded. Later processes load it in milliseconds. Where it cannot be built (no compiler,
+no writable cache) the sampler keeps its Python step (the Python products where ``native`` ones were asked for);
+``reason()`` says why.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 
 import torch
 
 SOURCE = Path(__file__).with_name("native_step.cpp")
-# the library is built against this torch's headers: a new torch builds its own
-NAME = "vevo_sampler_" + re.sub(r"[^0-9A-Za-z]", "_", torch.__version__)
 _lock = threading.Lock()
+
+
+def name(code: bytes) -> str:
+    """The build's name: the library is built against this torch's headers, from this source."""
+    tag = re.sub(r"[^0-9A-Za-z]", "_", f"{torch.__version__}_py{sys.version_info[0]}{sys.version_info[1]}")
+    return f"vevo_sampler_{tag}_{hashlib.sha256(code).hexdigest()[:12]}"
+
+
+def cache_root() -> Path:
+    """torch's extension cache (where ``torch.utils.cpp_extension`` builds by default)."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
 
 
 def build(build_directory: str | os.PathLike[str] | None = None) -> tuple[object | None, str]:
@@ -39,11 +53,16 @@ def build(build_directory: str | os.PathLike[str] | None = None) -> tuple[object
         level = quiet.level
         quiet.setLevel(logging.ERROR)  # its many-line notes on compilers: the reason below is the one line kept
         try:
-            if build_directory is not None:
-                Path(build_directory).mkdir(parents=True, exist_ok=True)
-            cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cflags=["-O3"], is_python_module=False,
-                               build_directory=None if build_directory is None else str(build_directory),
-                               verbose=False)
+            code = SOURCE.read_bytes()
+            folder = Path(build_directory) if build_directory is not None else cache_root() / name(code)
+            folder.mkdir(parents=True, exist_ok=True)
+            src = folder / SOURCE.name  # the same path and bytes for every checkout: ninja's rebuild test passes
+            if not src.is_file() or src.read_bytes() != code:
+                tmp = folder / f".{SOURCE.name}.{os.getpid()}"
+                tmp.write_bytes(code)
+                os.replace(tmp, src)
+            cpp_extension.load(name=name(code), sources=[str(src)], extra_cflags=["-O3"], is_python_module=False,
+                               build_directory=str(folder), verbose=False)
         except Exception as exc:  # a compiler's error, a missing tool, an unwritable cache: the Python step runs
             return None, "cannot build the C++ decode step: " + _first_error(str(exc))
         finally:

@@ -22,7 +22,8 @@ token, and G copies of the same prompt prefilled. Here:
   microseconds of framework cost each, take the rest (docs/TRAINING.md). Where MKL does not take its fast
   kernels (a CPU not Intel's) the products run in oneDNN on weights packed once per snapshot instead
   (``choose_products``: 1.18x the sampler's tokens/s on the AMD EPYC here), or, with AVX-512, in native_step.cpp's
-  own kernel for a few rows (2x oneDNN's products at 8 rows there).
+  own kernel for a few rows (2x oneDNN's products at 8 rows there), which then also runs the group's shared-prompt
+  attention (``Weights.own_attention``).
 * **The step in C++** where it can be built (``choose_step``; native_step.cpp): the same ATen operators in the same
   order, so the same bits, without the interpreter's few microseconds around each of the step's ~870 operators.
 * **Finished rows leave the batch** once a quarter of it is done (the cache rows are compacted).

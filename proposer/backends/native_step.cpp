@@ -40,6 +40,8 @@ at::Tensor pack(const at::Tensor& wt) {
   int64_t k = wt.size(0), n = wt.size(1);
   TORCH_CHECK(n % 16 == 0, "vevo::pack: the output width must be a multiple of 16, got ", n);
   int64_t nb = n % 48 == 0 ? 48 : n % 32 == 0 ? 32 : 16;
+  auto w = wt.t();  // W (N, K): the sampler passes W^T as a view of the model's W, so one copy moves it into panels
+  if (w.is_contiguous()) return w.view({n / nb, nb, k}).transpose(1, 2).contiguous();
   return wt.contiguous().view({k, n / nb, nb}).permute({1, 0, 2}).contiguous();
 }
 

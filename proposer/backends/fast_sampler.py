@@ -80,24 +80,22 @@ def choose_products(choice: str, device: torch.device | str, dtype: torch.dtype)
     keep the path measured there."""
     if choice not in PRODUCTS:
         raise ValueError(f"fast sampler: products must be one of {', '.join(PRODUCTS)}, got {choice!r}")
-    cpu32 = torch.device(device).type == "cpu" and dtype == torch.float32
-    ok = cpu32 and torch.backends.mkldnn.is_available()
-    if choice == "onednn" and not ok:
-        raise ValueError(f"fast sampler: products onednn needs fp32 weights on a CPU with oneDNN (here {dtype} on "
-                         f"{torch.device(device).type})")
-    if choice == "native" and not cpu32:
-        raise ValueError(f"fast sampler: products native needs fp32 weights on a CPU (here {dtype} on "
-                         f"{torch.device(device).type})")
-    if choice == "native" or (choice == "auto" and cpu32 and cpu_vendor() not in ("GenuineIntel", "")):
-        from proposer.backends import native_step
+    from proposer.backends import native_step
 
-        if native_step.avx512():
-            return "native"
-        if choice == "native":
-            raise ValueError("fast sampler: products native: " + (native_step.reason() or "this CPU has no AVX-512"))
-    if choice == "auto":
-        return "onednn" if ok and cpu_vendor() not in ("GenuineIntel", "") else "blas"
-    return choice
+    here = f"here {dtype} on {torch.device(device).type}"
+    cpu32 = torch.device(device).type == "cpu" and dtype == torch.float32
+    onednn = cpu32 and torch.backends.mkldnn.is_available()
+    if choice == "onednn" and not onednn:
+        raise ValueError(f"fast sampler: products onednn needs fp32 weights on a CPU with oneDNN ({here})")
+    if choice == "native" and not cpu32:
+        raise ValueError(f"fast sampler: products native needs fp32 weights on a CPU ({here})")
+    if choice == "native" and not native_step.avx512():
+        raise ValueError("fast sampler: products native: " + (native_step.reason() or "this CPU has no AVX-512"))
+    if choice != "auto":
+        return choice
+    if not cpu32 or cpu_vendor() in ("GenuineIntel", ""):
+        return "blas"
+    return "native" if native_step.avx512() else "onednn" if onednn else "blas"
 
 
 def choose_step(choice: str, device: torch.device | str, dtype: torch.dtype) -> str:

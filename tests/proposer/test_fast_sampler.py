@@ -281,9 +281,10 @@ def test_the_products_choice(tiny, monkeypatch):
     assert "\n" not in str(err.value)
 
 
-def test_the_run_configs_products_reach_the_sampler(monkeypatch):
-    """``proposer.options.products`` (``--hf-products``) goes from the run config to the backend and into every
-    snapshot it samples from; a value outside the choices is a one-line config error."""
+@pytest.mark.parametrize("option", ["products", "step"])
+def test_the_run_configs_sampler_options_reach_the_sampler(monkeypatch, option):
+    """``proposer.options.products`` and ``.step`` (``--hf-products``, ``--hf-step``) go from the run config to the
+    backend and into every snapshot it samples from; a value outside the choices is a one-line config error."""
     from evolve.config.schema import ConfigError, load_config
     from evolve.launch.runner import backend_kwargs
 
@@ -291,24 +292,28 @@ def test_the_run_configs_products_reach_the_sampler(monkeypatch):
 
     class Seen(fs.Weights):
         def __init__(self, model, products="auto", step="auto"):
-            made.append(products)
             super().__init__(model, products, step)
+            made.append(getattr(self, option))
 
     monkeypatch.setattr(fs, "Weights", Seen)
-    libs = ["blas"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
-    for lib in libs:
-        cfg = load_config(None, {"proposer.spec": "tiny", "proposer.options.products": lib})
-        kw = backend_kwargs(cfg)
-        assert kw["products"] == lib
+    if option == "products":
+        values = (["blas"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
+                  + (["native"] if native_step.avx512() else []))
+    else:
+        values = ["python"] + (["native"] if native_step.load() is not None else [])
+    for value in values:
+        kw = backend_kwargs(load_config(None, {"proposer.spec": "tiny", f"proposer.options.{option}": value}))
+        assert kw[option] == value
         be = make_backend("tiny", **{**kw, "threads": 1})
-        assert be.products == lib
+        assert getattr(be, option) == value
         be.generate(["def f(x):"], 2, SamplingParams(temperature=1.0, max_tokens=4, seed=0))
         assert be.pin_sampling()
         be.unpin_sampling()
-        assert made[-2:] == [lib, lib]
-    with pytest.raises(ConfigError, match="proposer.options.products") as err:
-        load_config(None, {"proposer.spec": "tiny", "proposer.options.products": "mkl"})
+        assert made[-2:] == [value, value]
+    with pytest.raises(ConfigError, match=f"proposer.options.{option}") as err:
+        load_config(None, {"proposer.spec": "tiny", f"proposer.options.{option}": "jit"})
     assert "\n" not in str(err.value)
+
 
 def test_roofline_counts_are_the_models_matrices_and_caches(tiny):
     """learner_speed's limits: FLOPs per token and bytes per decode step, counted from the config by hand."""

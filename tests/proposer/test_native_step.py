@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 
 from proposer.backends import TINY_CHECKPOINT, make_backend, native_step  # noqa: E402
 from proposer.backends import fast_sampler as fs  # noqa: E402
-from proposer.backends.base import SamplingParams  # noqa: E402
 from proposer.training.lora import wrap_lora  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -116,35 +115,6 @@ def test_where_it_cannot_be_built_the_python_step_runs(tmp_path):
     assert lines[2].startswith("error BackendError hf: fast sampler: step native: cannot build the C++ decode step")
     warned = [ln for ln in out.stderr.splitlines() if "the Python decode step runs" in ln]
     assert len(warned) == 1 and "cannot build the C++ decode step" in warned[0]
-
-
-def test_the_run_configs_step_reaches_the_sampler(monkeypatch):
-    """``proposer.options.step`` (``--hf-step``) goes from the run config to the backend and into every snapshot it
-    samples from; a value outside the choices is a one-line config error."""
-    _built()
-    from evolve.config.schema import ConfigError, load_config
-    from evolve.launch.runner import backend_kwargs
-
-    made = []
-
-    class Seen(fs.Weights):
-        def __init__(self, model, products="auto", step="auto"):
-            super().__init__(model, products, step)
-            made.append(self.step)
-
-    monkeypatch.setattr(fs, "Weights", Seen)
-    for step in ("python", "native"):
-        kw = backend_kwargs(load_config(None, {"proposer.spec": "tiny", "proposer.options.step": step}))
-        assert kw["step"] == step
-        be = make_backend("tiny", **{**kw, "threads": 1})
-        assert be.step == step
-        be.generate(["def f(x):"], 2, SamplingParams(temperature=1.0, max_tokens=4, seed=0))
-        assert be.pin_sampling()
-        be.unpin_sampling()
-        assert made[-2:] == [step, step]
-    with pytest.raises(ConfigError, match="proposer.options.step") as err:
-        load_config(None, {"proposer.spec": "tiny", "proposer.options.step": "jit"})
-    assert "\n" not in str(err.value)
 
 
 @pytest.mark.skipif(not native_step.avx512(), reason="no AVX-512")

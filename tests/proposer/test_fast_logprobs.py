@@ -91,6 +91,27 @@ def test_group_forward_equals_transformers(arch, adapter):
         assert max(float(g.abs().max()) for g in fast[3]) > 1e-3
 
 
+@pytest.mark.parametrize("grads", ["all", "adapter only", "input only"])
+def test_lora_product_backward_is_exact(grads):
+    """The adapter's product in its own Function (``_LoraAdd``, its products laid out with the rank as rows): in
+    float64, its gradients are the finite differences' (``gradcheck``) for every input that asks for one, and its
+    output is the plain formula y + s (x A^T) B^T; only the inputs that need a gradient get one."""
+    g = torch.Generator().manual_seed(0)
+    y, x, a, b = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in ((7, 5), (7, 6), (3, 6), (5, 3)))
+    x.requires_grad_(grads != "adapter only")
+    a.requires_grad_(grads != "input only")
+    b.requires_grad_(grads != "input only")
+
+    def f(y, x, a, b):
+        return fl._LoraAdd.apply(y.clone(), x, a, b, 0.5)  # in place on its first input: give it a copy
+
+    assert torch.autograd.gradcheck(f, (y, x, a, b))
+    out = f(y, x, a, b)
+    assert float((out - (y + 0.5 * (x @ a.t()) @ b.t())).abs().max()) < 1e-12
+    out.sum().backward()
+    assert [t.grad is not None for t in (x, a, b)] == [t.requires_grad for t in (x, a, b)]
+
+
 def test_one_token_completions():
     """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row); and
     one long row beside short ones, each row attending over its own length."""

@@ -51,6 +51,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from proposer.backends import fast_sampler as _fast
+from proposer.backends import heap
 from proposer.backends.base import TRAINABLE, AdapterState, Completion, SamplingParams
 from proposer.backends.templating import encode_prompt, resolve_chat
 from proposer.backends.logprobs import nucleus, tempered_logprobs
@@ -110,6 +111,7 @@ class HFBackend(AdapterState):
         if self.device.type == "cpu":
             cores = os.cpu_count() or 1
             torch.set_num_threads(max(1, int(threads) if threads else min(2, cores)))
+            heap.keep_freed_memory()  # the forwards' freed activations stay in the heap (proposer/backends/heap.py)
         self.dtype = _resolve_dtype(dtype, self.device)
         if batch_size < 1:
             raise BackendError(f"hf: batch_size must be >= 1, got {batch_size}")

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 
 import torch
 
+from proposer.backends import heap
 from proposer.errors import TrainingError
 
 
@@ -97,19 +98,6 @@ def load_trainer_state(trainer: Any, state: dict[str, Any]) -> None:
         for p, q in zip(trainer.params, s["params"]):
             p.copy_(q)
     trainer.load_state_dict(s)
-
-
-def _keep_freed_memory() -> None:
-    """glibc: serve every allocation below 1 GiB from the heap and never give it back. A step allocates and frees
-    the same large blocks each time; by default glibc maps and unmaps them, ~7,000 page faults a step (100
-    iterations of `pbe-hard-heldout` at G = 8: the child's steps 51.8 s, 48.3 s of CPU; with this 49.1 s, 45.5 s,
-    ~2 faults a step). The child's heap then stays at one step's peak."""
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _lowest_priority() -> None:
@@ -175,7 +163,7 @@ def _requests(trainer: Any, backend: Any, conn: Any, probes: Any, other_ends: tu
     if os.getppid() != parent:  # the parent died before the signal was set
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _keep_freed_memory()
+    heap.keep_freed_memory()  # inherited from the campaign's process where its backend set it
     idle = _IdleProbe(backend, probes)
     while True:
         try:

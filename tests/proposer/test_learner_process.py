@@ -3,12 +3,10 @@ on a tiny Llama with a LoRA; what it leaves in the campaign's trainer must be wh
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -235,31 +233,3 @@ def test_a_probe_left_to_the_childs_idle_time_samples_the_policy_it_was_started_
         assert proc.step(tr, steps[0]) == ref.step(steps[0])  # and it serves on
     finally:
         proc.close()
-
-
-_FAULTS = """
-import resource, sys
-import torch
-from proposer.training import learner_process
-if sys.argv[1] == "kept":
-    learner_process._keep_freed_memory()
-for _ in range(10):  # warm: the first blocks of this size are faulted in either way (glibc settles within ~7)
-    torch.empty(8 << 20).fill_(1.0)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):  # a step's pattern: the same large blocks allocated, written and freed again
-    torch.empty(8 << 20).fill_(1.0)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
-def test_the_child_keeps_freed_memory_instead_of_faulting_it_in_again():
-    """`_keep_freed_memory` (the child calls it first): 20 blocks of 32 MB allocated, written and freed cost
-    ~8,000 page faults each by default (glibc maps and unmaps them), none once freed memory is kept (measured:
-    163,860 against 0)."""
-    def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], capture_output=True, text=True, check=True,
-                             env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2])), timeout=120)
-        return int(out.stdout.split()[-1])
-    default, kept = faults("default"), faults("kept")
-    assert default > 20 * 4000 and kept < default / 20, (default, kept)

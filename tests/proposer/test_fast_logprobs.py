@@ -112,6 +112,31 @@ def test_lora_product_backward_is_exact(grads):
     assert [t.grad is not None for t in (x, a, b)] == [t.requires_grad for t in (x, a, b)]
 
 
+@pytest.mark.parametrize("width", [256, 40])  # AVX-512 lanes (a multiple of 16), and the sums in order
+def test_native_rms_norm_is_the_autograd_one(width):
+    """``_norm`` in C++ (``_RmsNorm``, a frozen gain) against ``_rms`` through autograd: the same outputs and input
+    gradients to fp32 rounding; a gain that is trained keeps ``_rms`` (its gradient is not computed in C++)."""
+    from proposer.backends import native_step
+    from proposer.backends.fast_sampler import _rms
+
+    if native_step.load() is None:
+        pytest.skip(f"the C++ operators cannot be built here: {native_step.reason()}")
+    g = torch.Generator().manual_seed(width)
+    x = torch.randn(37, width, generator=g) * 3.0
+    w = torch.randn(width, generator=g)
+    dy = torch.randn(37, width, generator=g)
+    got, want = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y = fl._norm(got, w, 1e-5)
+    assert y.grad_fn is not None and "RmsNorm" in type(y.grad_fn).__name__
+    ref = _rms(want, w, 1e-5)
+    assert float((y - ref).abs().max()) < 1e-5 * float(ref.abs().max())
+    y.backward(dy)
+    ref.backward(dy)
+    assert float((got.grad - want.grad).abs().max()) < 1e-5 * float(want.grad.abs().max())
+    trained = w.clone().requires_grad_()
+    assert "RmsNorm" not in type(fl._norm(x, trained, 1e-5).grad_fn).__name__
+
+
 def test_one_token_completions():
     """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row); and
     one long row beside short ones, each row attending over its own length."""

@@ -145,8 +145,9 @@ class _LoraAdd(torch.autograd.Function):
 
 class _RmsNorm(torch.autograd.Function):
     """``_rms`` (LlamaRMSNorm) with a frozen gain, forward and backward each one pass over a row in C++
-    (native_step.cpp ``rms_norm``): through autograd its ~15 ATen operators took 0.93 ms a norm at a campaign
-    group's 465 x 256, 13 norms a step. The same function; its sums in another order (~1e-7 relative)."""
+    (native_step.cpp ``rms_norm``), where autograd ran ~15 ATen operators (0.93 ms a norm at a campaign group's
+    465 x 256, timed alone; 13 norms a step): a lean step 1.03x (docs/TRAINING.md). The same function, its sums in
+    another order (~1e-7 relative)."""
 
     @staticmethod
     def forward(ctx, x, w, eps):

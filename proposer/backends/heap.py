@@ -6,8 +6,8 @@ and hands the top of its heap back to the kernel once more than ``M_TRIM_THRESHO
 back on the next use as a page fault, zeroed by the kernel. A lean step of the bundled model on a campaign group
 took ~6,000 faults (~25 MB), ~50 with the heap kept (``resource.getrusage``'s minor faults around
 ``PolicyTrainer.step``, a scratch measurement). The learner process set this first (100 iterations of
-`pbe-hard-heldout`: its steps 51.8 -> 49.1 s); in the campaign's own process, where the sampler runs, it made a
-30-iteration untrained campaign ~0.8x the wall (bench/perf/learner_speed.py, docs/TRAINING.md).
+`pbe-hard-heldout`: its steps 51.8 -> 49.1 s); in the campaign's own process, where the sampler runs, 30-iteration
+untrained campaigns took 0.88x the wall over four interleaved pairs (docs/TRAINING.md).
 
 Blocks of 1 GiB and more are still mapped on their own and returned when freed. The cost: a process keeps the peak
 of its heap, which it needed anyway. A person who tunes malloc through its environment variables
@@ -38,7 +38,8 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # the mapping threshold first: setting the trim threshold alone turns glibc's adaptive mapping threshold off
-    # and maps every block over 128 kB; glibc before 2.26 takes at most 32 MB
+    # and maps every block over 128 kB. mallopt(3) documents 32 MB as its upper limit on 64-bit systems, where a
+    # glibc refuses 1 GiB (2.36 here takes it)
     if not (mallopt(M_MMAP_THRESHOLD, LIMIT) or mallopt(M_MMAP_THRESHOLD, 32 << 20)):
         return False
     _done = bool(mallopt(M_TRIM_THRESHOLD, LIMIT))

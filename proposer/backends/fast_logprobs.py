@@ -56,14 +56,30 @@ def supports(model: torch.nn.Module) -> bool:
         return False
     if model.training and float(getattr(base_model(model).config, "attention_dropout", 0.0) or 0.0) > 0:
         return False
+    tuner = _peft_types()[0]
     for mod in model.modules():
-        if hasattr(mod, "lora_A") and hasattr(mod, "base_layer"):
+        if isinstance(mod, tuner) and hasattr(mod, "lora_A") and hasattr(mod, "base_layer"):
             if any(getattr(mod, "use_dora", {}).values()) or getattr(mod, "lora_variant", None) \
                     or any(getattr(mod, "lora_bias", {}).values()) or len(active_adapters(mod)) > 1:
                 return False
             if mod.training and any(getattr(d, "p", 0.0) > 0 for d in mod.lora_dropout.values()):
                 return False
     return True
+
+
+def _peft_types() -> tuple[type | tuple, type | tuple]:
+    """peft's class of adapter layers and of its wrappers that swap a whole module (modules_to_save, trainable
+    tokens), for ``isinstance`` (a test by attribute goes through ``Module.__getattr__``'s raise on each of a
+    model's ~500 modules: ~1 ms a call); empty tuples without peft."""
+    try:
+        from peft.tuners.tuners_utils import BaseTunerLayer
+    except ImportError:
+        return (), ()
+    try:
+        from peft.utils.other import AuxiliaryTrainingWrapper as wrapper  # peft >= 0.15: also trainable tokens
+    except ImportError:
+        from peft.utils import ModulesToSaveWrapper as wrapper
+    return BaseTunerLayer, wrapper
 
 
 def frozen_bf16_pays() -> bool:
@@ -94,9 +110,27 @@ def _bf16_copy(base: torch.nn.Module) -> torch.Tensor | None:
     return hit[1]
 
 
-def _linear(x: torch.Tensor, lin: torch.nn.Module, frozen_bf16: bool = False) -> torch.Tensor:
+def adapters_separable(model: torch.nn.Module) -> bool:
+    """Whether ``group_logprobs(..., adapters=False)`` computes what ``model`` computes inside peft's
+    ``disable_adapter()``: every peft layer in it is a LoRA layer around an ``nn.Linear`` (no LoRA embedding, no
+    modules_to_save or trainable-tokens wrapper), none merged into its base. The trainer's reference then skips
+    that context, which walks and repr()s the model's ~500 modules: 5.5 ms a call on the tiny model, against a
+    reference forward of ~60 ms (docs/TRAINING.md)."""
+    tuner, wrapper = _peft_types()
+    for mod in model.modules():
+        if isinstance(mod, wrapper):
+            return False
+        if isinstance(mod, tuner) and not (
+                hasattr(mod, "lora_A") and isinstance(mod.get_base_layer(), torch.nn.Linear)
+                and not getattr(mod, "merged", False)):
+            return False
+    return True
+
+
+def _linear(x: torch.Tensor, lin: torch.nn.Module, frozen_bf16: bool = False, adapters: bool = True) -> torch.Tensor:
     """What ``lin`` (an ``nn.Linear`` or a peft LoRA layer around one) computes on the rows ``x`` (N, in);
-    ``frozen_bf16``: a LoRA layer's frozen base product in bf16 (see the module docstring)."""
+    ``frozen_bf16``: a LoRA layer's frozen base product in bf16 (see the module docstring); ``adapters=False``:
+    its base alone, as with its adapters disabled."""
     base = getattr(lin, "base_layer", None)
     if base is None:
         return F.linear(x, lin.weight, lin.bias)
@@ -107,7 +141,7 @@ def _linear(x: torch.Tensor, lin: torch.nn.Module, frozen_bf16: bool = False) ->
         y = F.linear(x.to(torch.bfloat16), w16).float()
         if base.bias is not None:
             y = y + base.bias
-    for name in active_adapters(lin):
+    for name in active_adapters(lin) if adapters else ():
         a, b, s = lin.lora_A[name].weight, lin.lora_B[name].weight, float(lin.scaling[name])
         if a.dtype == y.dtype == x.dtype:
             y = _LoraAdd.apply(y, x, a, b, s)
@@ -178,11 +212,12 @@ def _norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
 
 def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: Sequence[Sequence[int]],
                    temperature: float = 1.0, top_p: float = 1.0, with_argmax: bool = False,
-                   frozen_bf16: bool = False) -> tuple[torch.Tensor, ...]:
+                   frozen_bf16: bool = False, adapters: bool = True) -> tuple[torch.Tensor, ...]:
     """``completion_logprobs`` of one group: per-token log-probs (B, T_c) of each completion after the shared
     ``prompt``, the mask, and with_argmax the greedy token at each position; gradients flow unless the caller
     runs it under ``torch.no_grad()``. Every completion needs at least one token. ``frozen_bf16``: the LoRA
-    layers' frozen base products in bf16 (the module docstring)."""
+    layers' frozen base products in bf16 (the module docstring). ``adapters=False``: the LoRA adapters left out,
+    as peft's ``disable_adapter()`` leaves them where ``adapters_separable(model)``."""
     base = base_model(model)
     cfg, inner = base.config, base.model
     dev = inner.embed_tokens.weight.device
@@ -209,7 +244,7 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     n = x.shape[0]
     see = torch.ones((n_in, p + n_in), dtype=torch.bool, device=dev).tril(p)  # the prompt, then causal
     gqa = hkv != h
-    bf = frozen_bf16
+    bf, ad = frozen_bf16, adapters
     sizes = [k - 1 for k in lens]  # each completion's packed input rows, in order
 
     def own(t: torch.Tensor) -> list[torch.Tensor]:  # (m, heads, d) packed -> per row (1, heads, n_i, d)
@@ -218,9 +253,9 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     for layer in inner.layers:
         att, mlp = layer.self_attn, layer.mlp
         hn = _norm(x, layer.input_layernorm.weight, eps)
-        q = _rope(_linear(hn, att.q_proj, bf).view(n, h, d), cos, sin)
-        k = _rope(_linear(hn, att.k_proj, bf).view(n, hkv, d), cos, sin)
-        v = _linear(hn, att.v_proj, bf).view(n, hkv, d)
+        q = _rope(_linear(hn, att.q_proj, bf, ad).view(n, h, d), cos, sin)
+        k = _rope(_linear(hn, att.k_proj, bf, ad).view(n, hkv, d), cos, sin)
+        v = _linear(hn, att.v_proj, bf, ad).view(n, hkv, d)
         (qp, qc), (kp, kc), (vp, vc) = q.split([p, m]), k.split([p, m]), v.split([p, m])
         qp, kp, vp = (t.transpose(0, 1)[None] for t in (qp, kp, vp))
         a = F.scaled_dot_product_attention(qp, kp, vp, is_causal=p > 1, enable_gqa=gqa)[0].transpose(0, 1)
@@ -230,11 +265,12 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
                 qi, torch.cat([kp, ki], dim=2), torch.cat([vp, vi], dim=2), attn_mask=see[:r, :p + r],
                 enable_gqa=gqa)[0].transpose(0, 1).reshape(r, h * d)
                 for r, qi, ki, vi in zip(sizes, own(qc), own(kc), own(vc)) if r)])
-        x = x + _linear(a, att.o_proj, bf)
+        x = x + _linear(a, att.o_proj, bf, ad)
         hn = _norm(x, layer.post_attention_layernorm.weight, eps)
-        x = x + _linear(F.silu(_linear(hn, mlp.gate_proj, bf)) * _linear(hn, mlp.up_proj, bf), mlp.down_proj, bf)
+        x = x + _linear(F.silu(_linear(hn, mlp.gate_proj, bf, ad)) * _linear(hn, mlp.up_proj, bf, ad), mlp.down_proj,
+                        bf, ad)
     # the prompt's last row predicts every completion's token 0; packed row (i, j) predicts token j + 1 of row i
-    logits = _linear(_norm(x[p - 1:], inner.norm.weight, eps), base.lm_head)
+    logits = _linear(_norm(x[p - 1:], inner.norm.weight, eps), base.lm_head, adapters=ad)
     tok = targets[row.to(dev), col.to(dev) + 1] if m else targets.new_zeros(0)
     flat = torch.cat([tempered_logprobs(logits[:1].expand(b, -1), targets[:, 0], temperature, top_p),
                       tempered_logprobs(logits[1:], tok, temperature, top_p)])

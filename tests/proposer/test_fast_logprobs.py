@@ -150,6 +150,36 @@ def test_one_token_completions():
         fl.group_logprobs(model, prompt, [[3], []])
 
 
+@pytest.mark.parametrize("frozen_bf16", [False, True])
+def test_adapters_left_out_is_peft_disabling_them(frozen_bf16):
+    """The trainer's KL reference without peft's ``disable_adapter()`` context: ``adapters=False`` gives its
+    log-probs bit for bit, in fp32 and with the frozen products in bf16, and the trainer's reference (which takes
+    this path) equals the context's. ``adapters_separable`` refuses a model where peft swaps more than LoRA
+    layers (a modules_to_save copy: disabling the adapter would switch that module back too)."""
+    from peft import LoraConfig, get_peft_model
+
+    from proposer.training.trainer import PolicyTrainer, TrainConfig, TrainSample
+
+    model = _lora(_llama(seed=4))
+    prompt, comps = _group(model.config.vocab_size, [5, 12, 1, 7], seed=6)
+    with torch.no_grad():
+        with model.disable_adapter():
+            off = fl.group_logprobs(model, prompt, comps, 0.7, 0.9, frozen_bf16=frozen_bf16)[0]
+        left_out = fl.group_logprobs(model, prompt, comps, 0.7, 0.9, frozen_bf16=frozen_bf16, adapters=False)[0]
+        on = fl.group_logprobs(model, prompt, comps, 0.7, 0.9, frozen_bf16=frozen_bf16)[0]
+    assert torch.equal(left_out, off)
+    assert float((on - off).abs().max()) > 1e-3  # the adapter acts, so leaving it out is seen
+    assert fl.adapters_separable(model)
+    samples = [TrainSample(prompt, c, None, 1.0) for c in comps]
+    tr = PolicyTrainer(model, TrainConfig(temperature=0.7, top_p=0.9, kl_beta=0.1, frozen_bf16=frozen_bf16))
+    assert tr._fast(samples, model)  # so the reference below leaves the adapters out
+    ref = tr.reference(samples)[0][0]
+    with model.disable_adapter(), torch.no_grad():
+        assert torch.equal(ref, fl.group_logprobs(model, prompt, comps, 0.7, 0.9, frozen_bf16=frozen_bf16)[0])
+    saved = get_peft_model(_llama(seed=4), LoraConfig(r=4, target_modules=["q_proj"], modules_to_save=["lm_head"]))
+    assert fl.supports(saved) and not fl.adapters_separable(saved)
+
+
 @pytest.mark.skipif(not (TINY_CHECKPOINT / "config.json").is_file(), reason="no bundled checkpoint")
 def test_bundled_model_agrees_to_fp32_rounding():
     """On the bundled proposer (fp32, one thread, the campaign's setting) with a trained-looking LoRA: log-probs

@@ -186,6 +186,16 @@ def disable_dropout(model: torch.nn.Module) -> None:
                 setattr(mod, k, 0.0)
 
 
+def _adamw(params: list[torch.Tensor], lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """torch's fused AdamW where this torch has one for the parameters' device (CPU from torch 2.4): the same
+    update in one kernel over every tensor, where the default loops over them in Python (the tiny model's 84
+    LoRA tensors: 0.44 ms a step against 2.3 ms). A saved state says which it ran, and a resume keeps that."""
+    try:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
 def train_mode(model: torch.nn.Module) -> bool:
     """``model.train()``, skipped where every module is in train mode already (it sets the flag on each of the tiny
     model's ~500 modules: 1.1 ms, twice a campaign step); returns ``model.training`` as it was. Leaving train mode
@@ -247,7 +257,7 @@ class PolicyTrainer:
         if self.cfg.gradient_checkpointing:
             enable_checkpointing(model)
         self.params = [p for _, p in named]
-        self.opt = torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.opt = _adamw(self.params, self.cfg.lr, self.cfg.weight_decay)
         self.version = 0  # optimizer steps taken (callers publish it as the policy version)
 
     @staticmethod

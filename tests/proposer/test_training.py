@@ -188,6 +188,34 @@ def test_optimizer_state_round_trips():
     assert any(not torch.allclose(pa, pc) for pa, pc in zip(a.parameters(), c.parameters()))
 
 
+def test_fused_adamw_is_the_loop_adamw_and_resumes_an_older_state():
+    """The trainer runs torch's fused AdamW (one kernel over every tensor): three steps move the weights as torch's
+    per-tensor loop AdamW, to fp32 rounding; a state saved by a trainer that ran the loop (a checkpoint from
+    before) loads and keeps running the loop, so its resume makes the same update it would have made."""
+    samples = random_samples(8, seed=2)
+    cfg = TrainConfig(lr=5e-3, minibatch=4, weight_decay=0.01)
+    a, b = tiny_llama(seed=5), tiny_llama(seed=5)
+    ta, tb = PolicyTrainer(a, cfg), PolicyTrainer(b, cfg)
+    assert ta.opt.param_groups[0]["fused"] is True
+    tb.opt = torch.optim.AdamW(tb.params, lr=cfg.lr, weight_decay=cfg.weight_decay)  # the loop
+    for _ in range(3):
+        ta.step(samples)
+        tb.step(samples)
+    moved = max(float((p - q).abs().max()) for p, q in zip(a.parameters(), tiny_llama(seed=5).parameters()))
+    assert moved > 1e-3
+    for (n, pa), pb in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6, msg=n)
+    c = tiny_llama(seed=6)
+    c.load_state_dict(b.state_dict())
+    tc = PolicyTrainer(c, cfg)
+    tc.load_state_dict(copy.deepcopy(tb.state_dict()))
+    assert not tc.opt.param_groups[0]["fused"]
+    tb.step(samples)
+    tc.step(samples)
+    for pb, pc in zip(b.parameters(), c.parameters()):
+        assert torch.equal(pb, pc)
+
+
 # ------------------------------------------------------------------------------------------ toy VPO task
 def test_vpo_training_raises_set_reward():
     model = tiny_llama()

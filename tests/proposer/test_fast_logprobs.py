@@ -9,6 +9,7 @@ import copy
 import pytest
 
 torch = pytest.importorskip("torch")
+F = torch.nn.functional
 
 from proposer.backends import TINY_CHECKPOINT, make_backend  # noqa: E402
 from proposer.backends import fast_logprobs as fl  # noqa: E402
@@ -135,6 +136,54 @@ def test_native_rms_norm_is_the_autograd_one(width):
     assert float((got.grad - want.grad).abs().max()) < 1e-5 * float(want.grad.abs().max())
     trained = w.clone().requires_grad_()
     assert "RmsNorm" not in type(fl._norm(x, trained, 1e-5).grad_fn).__name__
+
+
+@pytest.mark.parametrize("shape", [(465, 768), (7, 13)])  # a campaign's MLP rows; lanes left over after 16s
+def test_native_swiglu_is_silu_times_up(shape):
+    """``_swiglu`` in C++ (``_SwiGlu``: its own exp in 16 lanes) against ``F.silu(g) * u`` through autograd: values
+    and both gradients to fp32 rounding, over gates from -100 to 100 (where e^-g overflows and underflows)."""
+    from proposer.backends import native_step
+
+    if not native_step.avx512():
+        pytest.skip("no AVX-512 or no C++ operators here: the Python SwiGLU runs")
+    gen = torch.Generator().manual_seed(shape[1])
+    g0, u0, dy = (torch.randn(*shape, generator=gen) * 4.0 for _ in range(3))
+    g0.view(-1)[:5] = torch.tensor([-100.0, 100.0, 0.0, -20.0, 30.0])
+    g, u = g0.clone().requires_grad_(), u0.clone().requires_grad_()
+    gr, ur = g0.clone().requires_grad_(), u0.clone().requires_grad_()
+    y = fl._swiglu(g, u)
+    assert "SwiGlu" in type(y.grad_fn).__name__
+    ref = F.silu(gr) * ur
+    assert torch.isfinite(y).all()
+    torch.testing.assert_close(y, ref, rtol=2e-6, atol=1e-6)
+    y.backward(dy)
+    ref.backward(dy)
+    torch.testing.assert_close(g.grad, gr.grad, rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(u.grad, ur.grad, rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("heads,d", [(4, 64), (3, 10)])
+def test_native_rope_is_the_python_one(heads, d):
+    """``_rope_rows`` in C++ (``_Rope``) against ``_rope`` through autograd, with ``rope_tables``' tables: values and
+    the input's gradient to fp32 rounding; a strided input keeps ``_rope``."""
+    from proposer.backends import native_step
+    from proposer.backends.fast_sampler import _rope, rope_tables
+
+    if not native_step.avx512():
+        pytest.skip("no AVX-512 or no C++ operators here: the Python RoPE runs")
+    gen = torch.Generator().manual_seed(d)
+    x0, dy = torch.randn(50, heads, d, generator=gen), torch.randn(50, heads, d, generator=gen)
+    cos, sin = rope_tables(torch.arange(50.0)[:, None] * torch.rand(d // 2, generator=gen)[None], torch.float32)
+    cos, sin = cos[:, None], sin[:, None]
+    x, xr = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    y, ref = fl._rope_rows(x, cos, sin), _rope(xr, cos, sin)
+    assert "Rope" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y, ref, rtol=2e-6, atol=1e-6)
+    y.backward(dy)
+    ref.backward(dy)
+    torch.testing.assert_close(x.grad, xr.grad, rtol=2e-6, atol=1e-6)
+    strided = torch.randn(50, heads, 2 * d, generator=gen)[..., ::2]
+    assert "Rope" not in type(fl._rope_rows(strided.requires_grad_(), cos, sin).grad_fn).__name__
 
 
 def test_one_token_completions():

@@ -226,6 +226,27 @@ class _Rope(torch.autograd.Function):
         return _native().rope_backward(dy.contiguous(), cos, sin), None, None
 
 
+class _Attention(torch.autograd.Function):
+    """The group's attention in one C++ call a layer, forward and backward (native_step.cpp ``attention``): the
+    prompt's rows causal over the prompt, each completion's rows over the prompt's keys and then their own,
+    causal, on the packed rows (N, heads, head_dim). SDPA took a call per completion, with the prompt's keys
+    concatenated to each; the softmax rows are kept for the backward. The same function, its sums in another order
+    (~1e-6)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, p, sizes):
+        out, probs = _native().attention(q, k, v, p, sizes)
+        ctx.save_for_backward(q, k, v, out, probs)
+        ctx.p, ctx.sizes = p, sizes
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        q, k, v, out, probs = ctx.saved_tensors
+        dq, dk, dv = _native().attention_backward(dy.contiguous(), q, k, v, out, probs, ctx.p, ctx.sizes)
+        return dq, dk, dv, None, None
+
+
 def _in_cpp(*ts: torch.Tensor) -> bool:
     """Whether the C++ elementwise operators take ``ts``: contiguous fp32 CPU tensors, the operators built, AVX-512
     (their exp and lanes need it)."""
@@ -294,29 +315,18 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
     x = F.embedding(ids, inner.embed_tokens.weight)
     cos, sin = _rope_at(inner, pos, x.dtype)
     n = x.shape[0]
-    see = torch.ones((n_in, p + n_in), dtype=torch.bool, device=dev).tril(p)  # the prompt, then causal
-    gqa = hkv != h
     bf, ad = frozen_bf16, adapters
     sizes = [k - 1 for k in lens]  # each completion's packed input rows, in order
-
-    def own(t: torch.Tensor) -> list[torch.Tensor]:  # (m, heads, d) packed -> per row (1, heads, n_i, d)
-        return [r.transpose(0, 1)[None] for r in t.split(sizes)]
-
     for layer in inner.layers:
         att, mlp = layer.self_attn, layer.mlp
         hn = _norm(x, layer.input_layernorm.weight, eps)
         q = _rope_rows(_linear(hn, att.q_proj, bf, ad).view(n, h, d), cos, sin)
         k = _rope_rows(_linear(hn, att.k_proj, bf, ad).view(n, hkv, d), cos, sin)
         v = _linear(hn, att.v_proj, bf, ad).view(n, hkv, d)
-        (qp, qc), (kp, kc), (vp, vc) = q.split([p, m]), k.split([p, m]), v.split([p, m])
-        qp, kp, vp = (t.transpose(0, 1)[None] for t in (qp, kp, vp))
-        a = F.scaled_dot_product_attention(qp, kp, vp, is_causal=p > 1, enable_gqa=gqa)[0].transpose(0, 1)
-        a = a.reshape(p, h * d)
-        if m:  # each completion over [the prompt's keys ; its own], its rows packed back in order
-            a = torch.cat([a, *(F.scaled_dot_product_attention(
-                qi, torch.cat([kp, ki], dim=2), torch.cat([vp, vi], dim=2), attn_mask=see[:r, :p + r],
-                enable_gqa=gqa)[0].transpose(0, 1).reshape(r, h * d)
-                for r, qi, ki, vi in zip(sizes, own(qc), own(kc), own(vc)) if r)])
+        if d in (16, 32, 64, 128) and _in_cpp(q, k, v):
+            a = _Attention.apply(q, k, v, p, sizes).view(n, h * d)
+        else:
+            a = _sdpa_group(q, k, v, p, sizes)
         x = x + _linear(a, att.o_proj, bf, ad)
         hn = _norm(x, layer.post_attention_layernorm.weight, eps)
         x = x + _linear(_swiglu(_linear(hn, mlp.gate_proj, bf, ad), _linear(hn, mlp.up_proj, bf, ad)), mlp.down_proj,
@@ -335,6 +345,30 @@ def group_logprobs(model: torch.nn.Module, prompt: Sequence[int], completions: S
         greedy = torch.cat([greedy[:1].expand(b), greedy[1:]])
         greedy = greedy.new_zeros(b * t_c).index_copy(0, dst, greedy).view(b, t_c)
     return logp * mask, mask, greedy
+
+
+def _sdpa_group(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: int, sizes: list[int]) -> torch.Tensor:
+    """What ``_Attention`` computes, by SDPA (where the C++ operators do not run): (N, heads * head_dim) from the
+    packed rows (N, heads, head_dim), the prompt's p rows first, then each completion's ``sizes[i]`` rows."""
+    n, h, d = q.shape
+    m, gqa = n - p, k.shape[1] != h
+    (qp, qc), (kp, kc), (vp, vc) = q.split([p, m]), k.split([p, m]), v.split([p, m])
+    qp, kp, vp = (t.transpose(0, 1)[None] for t in (qp, kp, vp))
+    a = F.scaled_dot_product_attention(qp, kp, vp, is_causal=p > 1, enable_gqa=gqa)[0].transpose(0, 1)
+    a = a.reshape(p, h * d)
+    if not m:
+        return a
+    longest = max(sizes)
+    see = torch.ones((longest, p + longest), dtype=torch.bool, device=q.device).tril(p)  # the prompt, then causal
+
+    def own(t: torch.Tensor) -> list[torch.Tensor]:  # (m, heads, d) packed -> per row (1, heads, n_i, d)
+        return [r.transpose(0, 1)[None] for r in t.split(sizes)]
+
+    # each completion over [the prompt's keys ; its own], its rows packed back in order
+    return torch.cat([a, *(F.scaled_dot_product_attention(
+        qi, torch.cat([kp, ki], dim=2), torch.cat([vp, vi], dim=2), attn_mask=see[:r, :p + r],
+        enable_gqa=gqa)[0].transpose(0, 1).reshape(r, h * d)
+        for r, qi, ki, vi in zip(sizes, own(qc), own(kc), own(vc)) if r)])
 
 
 def _rope_at(inner: torch.nn.Module, pos: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,9 +8,11 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -488,6 +490,252 @@ at::Tensor rope_backward(const at::Tensor& dy, const at::Tensor& cos, const at::
   return rope_rows(dy, cos, sin, true);
 }
 
+// ---- The trainer's attention for a group (fast_logprobs `_Attention`): the prompt's rows causal over the prompt,
+// each completion's rows over the prompt's keys and their own, causal; rows packed as group_logprobs packs them
+// (the prompt's p rows, then each completion's in turn). One call a layer, forward and backward, where SDPA ran a
+// call per completion (each ~0.15 ms forward and ~0.3 ms backward at a campaign group's sizes, most of it not
+// arithmetic) and the prompt's keys were concatenated to each completion's. The softmax rows are kept for the
+// backward (~0.7 MB a layer for a campaign group). head_dim a multiple of 16 (the callers check).
+
+struct Segments {
+  std::vector<int64_t> first, rows, prefix;  // per segment: its first row, its rows, the prompt keys it sees first
+  int64_t probs = 0;                         // softmax entries of one head, all segments
+  Segments(int64_t p, at::IntArrayRef sizes) {
+    int64_t at = 0;
+    auto add = [&](int64_t n, int64_t pre) {
+      first.push_back(at);
+      rows.push_back(n);
+      prefix.push_back(pre);
+      probs += n * pre + n * (n + 1) / 2;
+      at += n;
+    };
+    add(p, 0);  // the prompt: its own rows are its keys
+    for (int64_t n : sizes) add(n, p);
+  }
+  int64_t key_row(size_t s, int64_t j) const { return j < prefix[s] ? j : first[s] + j - prefix[s]; }
+};
+
+void check_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t p,
+                     at::IntArrayRef sizes) {
+  for (const auto* t : {&q, &k, &v}) check_rows(*t, "vevo::attention");
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && k.sizes() == v.sizes() && k.size(0) == q.size(0) &&
+                  k.size(2) == q.size(2) && q.size(1) % k.size(1) == 0 && q.size(2) % 16 == 0,
+              "vevo::attention: q (N, heads, d), k and v (N, kv_heads, d), d a multiple of 16");
+  int64_t total = p;
+  for (int64_t n : sizes) {
+    TORCH_CHECK(n >= 0, "vevo::attention: a negative size");
+    total += n;
+  }
+  TORCH_CHECK(p >= 1 && total == q.size(0), "vevo::attention: the prompt's rows and the sizes must sum to N");
+}
+
+// K^T of segment s's keys for kv head kh: (d, NK) in a row stride of ld (NK rounded up to 16, the tail zeroed)
+void transpose_keys(const float* kp, const Segments& seg, size_t s, int64_t kh, int64_t hkv, int64_t d,
+                    int64_t ld, float* kt) {
+  const int64_t nk = seg.prefix[s] + seg.rows[s];
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* kj = kp + (seg.key_row(s, j) * hkv + kh) * d;
+    for (int64_t i = 0; i < d; ++i) kt[i * ld + j] = kj[i];
+  }
+  for (int64_t i = 0; i < d; ++i)
+    for (int64_t j = nk; j < ld; ++j) kt[i * ld + j] = 0.0f;
+}
+
+// out[j] = scale * (x . column j of kt), for the columns [0, n): four chunks of 16 columns at a time, so that four
+// independent sums run through the multiply-adds
+__attribute__((target("avx512f"))) void row_times(const float* x, const float* kt, int64_t ld, int64_t d, int64_t n,
+                                                  float scale, float* out) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  int64_t c = 0;
+  for (; c + 64 <= n + 15 && c + 64 <= ld; c += 64) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < d; ++i) {
+      const __m512 b = _mm512_set1_ps(x[i]);
+      const float* r = kt + i * ld + c;
+      a0 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r), a0);
+      a1 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 16), a1);
+      a2 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 32), a2);
+      a3 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 48), a3);
+    }
+    _mm512_storeu_ps(out + c, _mm512_mul_ps(a0, sv));
+    _mm512_storeu_ps(out + c + 16, _mm512_mul_ps(a1, sv));
+    _mm512_storeu_ps(out + c + 32, _mm512_mul_ps(a2, sv));
+    _mm512_storeu_ps(out + c + 48, _mm512_mul_ps(a3, sv));
+  }
+  for (; c < n; c += 16) {
+    __m512 a0 = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; ++i) a0 = _mm512_fmadd_ps(_mm512_set1_ps(x[i]), _mm512_loadu_ps(kt + i * ld + c), a0);
+    _mm512_storeu_ps(out + c, _mm512_mul_ps(a0, sv));
+  }
+}
+
+// the softmax of sc[0..n) in place
+__attribute__((target("avx512f"))) void softmax_row(float* sc, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = sc[j] > m ? sc[j] : m;
+  __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    __m512 e = _mm512_maskz_mov_ps(k, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sc + j), mv)));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_mask_storeu_ps(sc + j, k, e);
+  }
+  __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int64_t j = 0; j < n; j += 16) {
+    __mmask16 k = n - j >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(sc + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, sc + j), inv));
+  }
+}
+
+// out = sum_j w[j] * rows[key j] (d = 16 NV lanes), its sums held in registers
+template <int NV>
+__attribute__((target("avx512f"))) void weighted_rows(const float* w, int64_t n, const float* base,
+                                                      const Segments& seg, size_t s, int64_t stride, float* out) {
+  __m512 acc[NV];
+  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const __m512 b = _mm512_set1_ps(w[j]);
+    const float* r = base + seg.key_row(s, j) * stride;
+    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 16 * v), acc[v]);
+  }
+  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + 16 * v, acc[v]);
+}
+
+// the offset of row t's softmax entries within its segment's block of one head
+inline int64_t row_offset(int64_t pre, int64_t t) { return t * pre + t * (t + 1) / 2; }
+
+template <int NV>
+__attribute__((target("avx512f"))) void attention_forward(const float* qp, const float* kp, const float* vp,
+                                                          int64_t h, int64_t hkv, const Segments& seg, float* op,
+                                                          float* pp) {
+  constexpr int64_t d = 16 * NV;
+  const int64_t g = h / hkv;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  int64_t most = 0;
+  for (size_t s = 0; s < seg.rows.size(); ++s) most = std::max(most, seg.prefix[s] + seg.rows[s]);
+  const int64_t ld = (most + 15) / 16 * 16;
+  std::vector<float> kt(d * ld), sc(ld);
+  for (size_t s = 0; s < seg.rows.size(); ++s) {
+    if (seg.rows[s] == 0) continue;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t kh = hh / g;
+      if (hh % g == 0) transpose_keys(kp, seg, s, kh, hkv, d, ld, kt.data());
+      for (int64_t t = 0; t < seg.rows[s]; ++t) {
+        const int64_t row = seg.first[s] + t, nk = seg.prefix[s] + t + 1;
+        row_times(qp + (row * h + hh) * d, kt.data(), ld, d, nk, scale, sc.data());
+        softmax_row(sc.data(), nk);
+        weighted_rows<NV>(sc.data(), nk, vp + kh * d, seg, s, hkv * d, op + (row * h + hh) * d);
+        std::copy(sc.data(), sc.data() + nk, pp);
+        pp += nk;
+      }
+    }
+  }
+}
+
+// dV = P^T dO, dS = P (dO V^T - rowsum(dO O)), dQ = scale dS K, dK = scale dS^T Q; a kv head's gradients summed
+// over the query heads that share it. Per segment and head: first each row's dS and dQ (V^T as the forward's
+// K^T), then each key's dK and dV over the rows that see it, their sums in registers.
+template <int NV>
+__attribute__((target("avx512f"))) void attention_backward_rows(
+    const float* dop, const float* qp, const float* kp, const float* vp, const float* op, const float* pp,
+    int64_t h, int64_t hkv, const Segments& seg, float* dqp, float* dkp, float* dvp) {
+  constexpr int64_t d = 16 * NV;
+  const int64_t g = h / hkv;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  int64_t most = 0, most_rows = 0;
+  for (size_t s = 0; s < seg.rows.size(); ++s) {
+    most = std::max(most, seg.prefix[s] + seg.rows[s]);
+    most_rows = std::max(most_rows, seg.rows[s]);
+  }
+  const int64_t ld = (most + 15) / 16 * 16;
+  std::vector<float> vt(d * ld), dp(ld), ds(most_rows * ld);
+  for (size_t s = 0; s < seg.rows.size(); ++s) {
+    const int64_t rows = seg.rows[s], pre = seg.prefix[s], first = seg.first[s];
+    if (rows == 0) continue;
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t kh = hh / g;
+      if (hh % g == 0) transpose_keys(vp, seg, s, kh, hkv, d, ld, vt.data());
+      for (int64_t t = 0; t < rows; ++t) {
+        const int64_t row = first + t, nk = pre + t + 1;
+        const float *doi = dop + (row * h + hh) * d, *oi = op + (row * h + hh) * d, *pi = pp + row_offset(pre, t);
+        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(doi), _mm512_loadu_ps(oi));
+        for (int v = 1; v < NV; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(doi + 16 * v), _mm512_loadu_ps(oi + 16 * v), acc);
+        const float di = _mm512_reduce_add_ps(acc);
+        row_times(doi, vt.data(), ld, d, nk, 1.0f, dp.data());
+        float* dsi = ds.data() + t * ld;
+        for (int64_t j = 0; j < nk; ++j) dsi[j] = pi[j] * (dp[j] - di) * scale;
+        weighted_rows<NV>(dsi, nk, kp + kh * d, seg, s, hkv * d, dqp + (row * h + hh) * d);
+      }
+      // each key j: the rows t that see it (every row for a prompt key of a completion; t >= j - pre otherwise)
+      for (int64_t j = 0; j < pre + rows; ++j) {
+        __m512 ak[NV], av[NV];
+        for (int v = 0; v < NV; ++v) ak[v] = av[v] = _mm512_setzero_ps();
+        for (int64_t t = j < pre ? 0 : j - pre; t < rows; ++t) {
+          const int64_t row = first + t;
+          const __m512 a = _mm512_set1_ps(ds[t * ld + j]), b = _mm512_set1_ps(pp[row_offset(pre, t) + j]);
+          const float *qt = qp + (row * h + hh) * d, *dt = dop + (row * h + hh) * d;
+          for (int v = 0; v < NV; ++v) {
+            ak[v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(qt + 16 * v), ak[v]);
+            av[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(dt + 16 * v), av[v]);
+          }
+        }
+        const int64_t kv = (seg.key_row(s, j) * hkv + kh) * d;
+        for (int v = 0; v < NV; ++v) {
+          _mm512_storeu_ps(dkp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dkp + kv + 16 * v), ak[v]));
+          _mm512_storeu_ps(dvp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dvp + kv + 16 * v), av[v]));
+        }
+      }
+      pp += row_offset(pre, rows);
+    }
+  }
+}
+
+// returns (out (N, heads, d), the softmax rows); d in {16, 32, 64, 128}
+std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                             int64_t p, at::IntArrayRef sizes) {
+  check_attention(q, k, v, p, sizes);
+  const Segments seg(p, sizes);
+  auto out = at::empty_like(q);
+  auto probs = at::empty({q.size(1) * seg.probs}, q.options());
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+  float *op = out.data_ptr<float>(), *pp = probs.data_ptr<float>();
+  const int64_t h = q.size(1), hkv = k.size(1);
+  switch (q.size(2)) {
+    case 16: attention_forward<1>(qp, kp, vp, h, hkv, seg, op, pp); break;
+    case 32: attention_forward<2>(qp, kp, vp, h, hkv, seg, op, pp); break;
+    case 64: attention_forward<4>(qp, kp, vp, h, hkv, seg, op, pp); break;
+    case 128: attention_forward<8>(qp, kp, vp, h, hkv, seg, op, pp); break;
+    default: TORCH_CHECK(false, "vevo::attention: head_dim must be 16, 32, 64 or 128");
+  }
+  return {out, probs};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& probs, int64_t p, at::IntArrayRef sizes) {
+  check_attention(q, k, v, p, sizes);
+  check_rows(dout, "vevo::attention_backward");
+  check_rows(out, "vevo::attention_backward");
+  check_rows(probs, "vevo::attention_backward");
+  TORCH_CHECK(dout.sizes() == q.sizes() && out.sizes() == q.sizes(), "vevo::attention_backward: dout, out as q");
+  const Segments seg(p, sizes);
+  TORCH_CHECK(probs.numel() == q.size(1) * seg.probs, "vevo::attention_backward: softmax rows of another call");
+  auto dq = at::empty_like(q);
+  auto dk = at::zeros_like(k), dv = at::zeros_like(v);
+  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>(),
+              *dop = dout.data_ptr<float>(), *op = out.data_ptr<float>(), *pp = probs.data_ptr<float>();
+  float *dqp = dq.data_ptr<float>(), *dkp = dk.data_ptr<float>(), *dvp = dv.data_ptr<float>();
+  const int64_t h = q.size(1), hkv = k.size(1);
+  switch (q.size(2)) {
+    case 16: attention_backward_rows<1>(dop, qp, kp, vp, op, pp, h, hkv, seg, dqp, dkp, dvp); break;
+    case 32: attention_backward_rows<2>(dop, qp, kp, vp, op, pp, h, hkv, seg, dqp, dkp, dvp); break;
+    case 64: attention_backward_rows<4>(dop, qp, kp, vp, op, pp, h, hkv, seg, dqp, dkp, dvp); break;
+    case 128: attention_backward_rows<8>(dop, qp, kp, vp, op, pp, h, hkv, seg, dqp, dkp, dvp); break;
+    default: TORCH_CHECK(false, "vevo::attention_backward: head_dim must be 16, 32, 64 or 128");
+  }
+  return {dq, dk, dv};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(vevo_sampler, m) {
@@ -507,4 +755,7 @@ TORCH_LIBRARY(vevo_sampler, m) {
   m.def("swiglu_backward(Tensor dy, Tensor g, Tensor u) -> (Tensor, Tensor)", &swiglu_backward);
   m.def("rope(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rope_forward);
   m.def("rope_backward(Tensor dy, Tensor cos, Tensor sin) -> Tensor", &rope_backward);
+  m.def("attention(Tensor q, Tensor k, Tensor v, int p, int[] sizes) -> (Tensor, Tensor)", &attention);
+  m.def("attention_backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor probs, int p, "
+        "int[] sizes) -> (Tensor, Tensor, Tensor)", &attention_backward);
 }

@@ -186,6 +186,33 @@ def test_native_rope_is_the_python_one(heads, d):
     assert "Rope" not in type(fl._rope_rows(strided.requires_grad_(), cos, sin).grad_fn).__name__
 
 
+@pytest.mark.parametrize("heads,kv_heads,d,p,sizes", [
+    (4, 4, 64, 75, [51, 48, 57, 49, 48, 27, 52, 58]),  # a campaign group of the bundled model
+    (4, 2, 16, 9, [4, 0, 11, 1]),  # grouped-query heads; a completion of one token (no input rows)
+    (2, 1, 32, 1, [3, 17]),  # a prompt of one token
+    (2, 2, 128, 5, []),  # the prompt alone
+])
+def test_native_attention_is_the_sdpa_one(heads, kv_heads, d, p, sizes):
+    """``_Attention`` (the group's attention in one C++ call) against ``_sdpa_group`` (SDPA per completion, as
+    before) through autograd: outputs and the gradients of q, k and v to fp32 rounding."""
+    from proposer.backends import native_step
+
+    if not native_step.avx512():
+        pytest.skip("no AVX-512 or no C++ operators here: SDPA runs")
+    n = p + sum(sizes)
+    gen = torch.Generator().manual_seed(d + p)
+    ins = [torch.randn(n, hh, d, generator=gen) for hh in (heads, kv_heads, kv_heads)]
+    dy = torch.randn(n, heads * d, generator=gen)
+    got, want = [t.clone().requires_grad_() for t in ins], [t.clone().requires_grad_() for t in ins]
+    y = fl._Attention.apply(*got, p, sizes).view(n, heads * d)
+    ref = fl._sdpa_group(*want, p, sizes)
+    torch.testing.assert_close(y, ref, rtol=1e-5, atol=3e-6)
+    y.backward(dy)
+    ref.backward(dy)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+
+
 def test_one_token_completions():
     """Rows of one token: nothing of theirs is an input (every token is predicted by the prompt's last row); and
     one long row beside short ones, each row attending over its own length."""

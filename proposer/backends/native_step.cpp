@@ -541,31 +541,41 @@ void transpose_keys(const float* kp, const Segments& seg, size_t s, int64_t kh, 
     for (int64_t j = nk; j < ld; ++j) kt[i * ld + j] = 0.0f;
 }
 
-// out[j] = scale * (x . column j of kt), for the columns [0, n): four chunks of 16 columns at a time, so that four
-// independent sums run through the multiply-adds
-__attribute__((target("avx512f"))) void row_times(const float* x, const float* kt, int64_t ld, int64_t d, int64_t n,
-                                                  float scale, float* out) {
+// outs[r][j] = scale * (xs[r] . column j of kt) for the columns [0, n) (kt's row stride ld a multiple of 64): RB
+// rows at once, four chunks of 16 columns at a time, so each load of kt feeds RB multiply-adds (kt, ~37 KB for a
+// campaign group, sits in L2, whose bandwidth one load per multiply-add exceeds)
+template <int RB>
+__attribute__((target("avx512f"))) void rows_times(const float* const* xs, const float* kt, int64_t ld, int64_t d,
+                                                   int64_t n, float scale, float* const* outs) {
   const __m512 sv = _mm512_set1_ps(scale);
   int64_t c = 0;
-  for (; c + 64 <= n + 15 && c + 64 <= ld; c += 64) {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (; c + 48 < n; c += 64) {
+    __m512 acc[RB][4];
+    for (int r = 0; r < RB; ++r)
+      for (int u = 0; u < 4; ++u) acc[r][u] = _mm512_setzero_ps();
     for (int64_t i = 0; i < d; ++i) {
-      const __m512 b = _mm512_set1_ps(x[i]);
-      const float* r = kt + i * ld + c;
-      a0 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r), a0);
-      a1 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 16), a1);
-      a2 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 32), a2);
-      a3 = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 48), a3);
+      const float* row = kt + i * ld + c;
+      const __m512 k0 = _mm512_loadu_ps(row), k1 = _mm512_loadu_ps(row + 16), k2 = _mm512_loadu_ps(row + 32),
+                   k3 = _mm512_loadu_ps(row + 48);
+      for (int r = 0; r < RB; ++r) {
+        const __m512 b = _mm512_set1_ps(xs[r][i]);
+        acc[r][0] = _mm512_fmadd_ps(b, k0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(b, k1, acc[r][1]);
+        acc[r][2] = _mm512_fmadd_ps(b, k2, acc[r][2]);
+        acc[r][3] = _mm512_fmadd_ps(b, k3, acc[r][3]);
+      }
     }
-    _mm512_storeu_ps(out + c, _mm512_mul_ps(a0, sv));
-    _mm512_storeu_ps(out + c + 16, _mm512_mul_ps(a1, sv));
-    _mm512_storeu_ps(out + c + 32, _mm512_mul_ps(a2, sv));
-    _mm512_storeu_ps(out + c + 48, _mm512_mul_ps(a3, sv));
+    for (int r = 0; r < RB; ++r)
+      for (int u = 0; u < 4; ++u) _mm512_storeu_ps(outs[r] + c + 16 * u, _mm512_mul_ps(acc[r][u], sv));
   }
-  for (; c < n; c += 16) {
-    __m512 a0 = _mm512_setzero_ps();
-    for (int64_t i = 0; i < d; ++i) a0 = _mm512_fmadd_ps(_mm512_set1_ps(x[i]), _mm512_loadu_ps(kt + i * ld + c), a0);
-    _mm512_storeu_ps(out + c, _mm512_mul_ps(a0, sv));
+  for (; c < n; c += 16) {  // the last columns, 16 at a time
+    __m512 acc[RB];
+    for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; ++i) {
+      const __m512 k0 = _mm512_loadu_ps(kt + i * ld + c);
+      for (int r = 0; r < RB; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(xs[r][i]), k0, acc[r]);
+    }
+    for (int r = 0; r < RB; ++r) _mm512_storeu_ps(outs[r] + c, _mm512_mul_ps(acc[r], sv));
   }
 }
 
@@ -587,19 +597,31 @@ __attribute__((target("avx512f"))) void softmax_row(float* sc, int64_t n) {
   }
 }
 
-// out = sum_j w[j] * rows[key j] (d = 16 NV lanes), its sums held in registers
-template <int NV>
-__attribute__((target("avx512f"))) void weighted_rows(const float* w, int64_t n, const float* base,
-                                                      const Segments& seg, size_t s, int64_t stride, float* out) {
-  __m512 acc[NV];
-  for (int v = 0; v < NV; ++v) acc[v] = _mm512_setzero_ps();
+// outs[r] = sum_j ws[r][j] * rows[key j] for j in [0, n) (d = 16 NV lanes), RB rows at once, their sums held in
+// registers; a row's weights past its own keys are zero
+template <int NV, int RB>
+__attribute__((target("avx512f"))) void weighted_rows(const float* const* ws, int64_t n, const float* base,
+                                                      const Segments& seg, size_t s, int64_t stride,
+                                                      float* const* outs) {
+  __m512 acc[RB][NV];
+  for (int r = 0; r < RB; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
-    const __m512 b = _mm512_set1_ps(w[j]);
-    const float* r = base + seg.key_row(s, j) * stride;
-    for (int v = 0; v < NV; ++v) acc[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(r + 16 * v), acc[v]);
+    const float* x = base + seg.key_row(s, j) * stride;
+    __m512 xv[NV];
+    for (int v = 0; v < NV; ++v) xv[v] = _mm512_loadu_ps(x + 16 * v);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 b = _mm512_set1_ps(ws[r][j]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(b, xv[v], acc[r][v]);
+    }
   }
-  for (int v = 0; v < NV; ++v) _mm512_storeu_ps(out + 16 * v, acc[v]);
+  for (int r = 0; r < RB; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(outs[r] + 16 * v, acc[r][v]);
 }
+
+// rows per block of the attention kernels: RB x NV sums must stay in the 32 registers
+template <int NV>
+constexpr int block_rows() { return NV <= 4 ? 4 : 2; }
 
 // the offset of row t's softmax entries within its segment's block of one head
 inline int64_t row_offset(int64_t pre, int64_t t) { return t * pre + t * (t + 1) / 2; }
@@ -609,26 +631,65 @@ __attribute__((target("avx512f"))) void attention_forward(const float* qp, const
                                                           int64_t h, int64_t hkv, const Segments& seg, float* op,
                                                           float* pp) {
   constexpr int64_t d = 16 * NV;
+  constexpr int RB = block_rows<NV>();
   const int64_t g = h / hkv;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   int64_t most = 0;
   for (size_t s = 0; s < seg.rows.size(); ++s) most = std::max(most, seg.prefix[s] + seg.rows[s]);
-  const int64_t ld = (most + 15) / 16 * 16;
-  std::vector<float> kt(d * ld), sc(ld);
+  const int64_t ld = (most + 63) / 64 * 64;
+  std::vector<float> kt(d * ld), sc(RB * ld), zero(d, 0.0f), spare(RB * d);
   for (size_t s = 0; s < seg.rows.size(); ++s) {
-    if (seg.rows[s] == 0) continue;
-    for (int64_t hh = 0; hh < h; ++hh) {
+    const int64_t rows = seg.rows[s], pre = seg.prefix[s], first = seg.first[s];
+    for (int64_t hh = 0; hh < h && rows; ++hh) {
       const int64_t kh = hh / g;
       if (hh % g == 0) transpose_keys(kp, seg, s, kh, hkv, d, ld, kt.data());
-      for (int64_t t = 0; t < seg.rows[s]; ++t) {
-        const int64_t row = seg.first[s] + t, nk = seg.prefix[s] + t + 1;
-        row_times(qp + (row * h + hh) * d, kt.data(), ld, d, nk, scale, sc.data());
-        softmax_row(sc.data(), nk);
-        weighted_rows<NV>(sc.data(), nk, vp + kh * d, seg, s, hkv * d, op + (row * h + hh) * d);
-        std::copy(sc.data(), sc.data() + nk, pp);
-        pp += nk;
+      for (int64_t t0 = 0; t0 < rows; t0 += RB) {
+        const int64_t rb = std::min<int64_t>(RB, rows - t0), n = pre + t0 + rb;  // the block's keys
+        const float* xs[RB];
+        float *outs[RB], *ws[RB];
+        for (int r = 0; r < RB; ++r) {  // a block past the segment's last row fills up with zero rows
+          xs[r] = r < rb ? qp + ((first + t0 + r) * h + hh) * d : zero.data();
+          outs[r] = r < rb ? op + ((first + t0 + r) * h + hh) * d : spare.data() + r * d;
+          ws[r] = sc.data() + r * ld;
+        }
+        rows_times<RB>(xs, kt.data(), ld, d, n, scale, ws);
+        for (int r = 0; r < RB; ++r) {
+          const int64_t nk = r < rb ? pre + t0 + r + 1 : 0;
+          if (nk) softmax_row(ws[r], nk);
+          std::fill(ws[r] + nk, ws[r] + n, 0.0f);
+          std::copy(ws[r], ws[r] + nk, pp);
+          pp += nk;
+        }
+        weighted_rows<NV, RB>(ws, n, vp + kh * d, seg, s, hkv * d, outs);
       }
     }
+  }
+}
+
+// key j's dK and dV sums over the rows [t0, t1) of one segment and head (dS and P of each row times its q and dO)
+template <int NV>
+__attribute__((target("avx512f"))) inline void key_rows(const float* ds, int64_t ld, const float* pp, int64_t pre,
+                                                        const float* qp, const float* dop, int64_t h, int64_t hh,
+                                                        int64_t d, int64_t first, int64_t j, int64_t t0, int64_t t1,
+                                                        __m512* ak, __m512* av) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t row = first + t;
+    const __m512 a = _mm512_set1_ps(ds[t * ld + j]), b = _mm512_set1_ps(pp[row_offset(pre, t) + j]);
+    const float *qt = qp + (row * h + hh) * d, *dt = dop + (row * h + hh) * d;
+    for (int v = 0; v < NV; ++v) {
+      ak[v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(qt + 16 * v), ak[v]);
+      av[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(dt + 16 * v), av[v]);
+    }
+  }
+}
+
+// dk and dv at offset kv += the sums
+template <int NV>
+__attribute__((target("avx512f"))) inline void add_key(float* dkp, float* dvp, int64_t kv, const __m512* ak,
+                                                       const __m512* av) {
+  for (int v = 0; v < NV; ++v) {
+    _mm512_storeu_ps(dkp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dkp + kv + 16 * v), ak[v]));
+    _mm512_storeu_ps(dvp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dvp + kv + 16 * v), av[v]));
   }
 }
 
@@ -647,43 +708,75 @@ __attribute__((target("avx512f"))) void attention_backward_rows(
     most = std::max(most, seg.prefix[s] + seg.rows[s]);
     most_rows = std::max(most_rows, seg.rows[s]);
   }
-  const int64_t ld = (most + 15) / 16 * 16;
-  std::vector<float> vt(d * ld), dp(ld), ds(most_rows * ld);
+  const int64_t ld = (most + 63) / 64 * 64;
+  constexpr int RB = block_rows<NV>();
+  std::vector<float> vt(d * ld), dp(RB * ld), ds((most_rows + RB) * ld), zero(d, 0.0f), spare(RB * d);
   for (size_t s = 0; s < seg.rows.size(); ++s) {
     const int64_t rows = seg.rows[s], pre = seg.prefix[s], first = seg.first[s];
     if (rows == 0) continue;
     for (int64_t hh = 0; hh < h; ++hh) {
       const int64_t kh = hh / g;
       if (hh % g == 0) transpose_keys(vp, seg, s, kh, hkv, d, ld, vt.data());
-      for (int64_t t = 0; t < rows; ++t) {
-        const int64_t row = first + t, nk = pre + t + 1;
-        const float *doi = dop + (row * h + hh) * d, *oi = op + (row * h + hh) * d, *pi = pp + row_offset(pre, t);
-        __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(doi), _mm512_loadu_ps(oi));
-        for (int v = 1; v < NV; ++v) acc = _mm512_fmadd_ps(_mm512_loadu_ps(doi + 16 * v), _mm512_loadu_ps(oi + 16 * v), acc);
-        const float di = _mm512_reduce_add_ps(acc);
-        row_times(doi, vt.data(), ld, d, nk, 1.0f, dp.data());
-        float* dsi = ds.data() + t * ld;
-        for (int64_t j = 0; j < nk; ++j) dsi[j] = pi[j] * (dp[j] - di) * scale;
-        weighted_rows<NV>(dsi, nk, kp + kh * d, seg, s, hkv * d, dqp + (row * h + hh) * d);
+      for (int64_t t0 = 0; t0 < rows; t0 += RB) {
+        const int64_t rb = std::min<int64_t>(RB, rows - t0), n = pre + t0 + rb;
+        const float* dos[RB];
+        float *dps[RB], *dss[RB], *dqs[RB];
+        for (int r = 0; r < RB; ++r) {
+          dos[r] = r < rb ? dop + ((first + t0 + r) * h + hh) * d : zero.data();
+          dqs[r] = r < rb ? dqp + ((first + t0 + r) * h + hh) * d : spare.data() + r * d;
+          dps[r] = dp.data() + r * ld;
+          dss[r] = ds.data() + (t0 + r) * ld;
+        }
+        rows_times<RB>(dos, vt.data(), ld, d, n, 1.0f, dps);
+        for (int r = 0; r < RB; ++r) {
+          const int64_t nk = r < rb ? pre + t0 + r + 1 : 0;
+          if (nk) {
+            const int64_t row = first + t0 + r;
+            const float *doi = dos[r], *oi = op + (row * h + hh) * d, *pi = pp + row_offset(pre, t0 + r);
+            __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(doi), _mm512_loadu_ps(oi));
+            for (int v = 1; v < NV; ++v)
+              acc = _mm512_fmadd_ps(_mm512_loadu_ps(doi + 16 * v), _mm512_loadu_ps(oi + 16 * v), acc);
+            const float di = _mm512_reduce_add_ps(acc);
+            for (int64_t j = 0; j < nk; ++j) dss[r][j] = pi[j] * (dps[r][j] - di) * scale;
+          }
+          std::fill(dss[r] + nk, dss[r] + n, 0.0f);
+        }
+        weighted_rows<NV, RB>(dss, n, kp + kh * d, seg, s, hkv * d, dqs);
       }
-      // each key j: the rows t that see it (every row for a prompt key of a completion; t >= j - pre otherwise)
-      for (int64_t j = 0; j < pre + rows; ++j) {
+      // each key j: the rows t that see it (every row for a prompt key of a completion; t >= j - pre otherwise),
+      // two keys at once where the sums fit the registers (each load of a row's q and dO then feeds both)
+      const int64_t keys = pre + rows;
+      int64_t j = 0;
+      if (NV <= 4) {
+        for (; j + 1 < keys; j += 2) {
+          __m512 ak[2][NV], av[2][NV];
+          for (int v = 0; v < NV; ++v) ak[0][v] = av[0][v] = ak[1][v] = av[1][v] = _mm512_setzero_ps();
+          int64_t t = j < pre ? 0 : j - pre;
+          if (j >= pre) {  // row t sees key j but not key j + 1
+            key_rows<NV>(ds.data(), ld, pp, pre, qp, dop, h, hh, d, first, j, t, t + 1, ak[0], av[0]);
+            ++t;
+          }
+          for (; t < rows; ++t) {
+            const int64_t row = first + t, at = row_offset(pre, t) + j;
+            const float *qt = qp + (row * h + hh) * d, *dt = dop + (row * h + hh) * d;
+            const __m512 a0 = _mm512_set1_ps(ds[t * ld + j]), a1 = _mm512_set1_ps(ds[t * ld + j + 1]),
+                         b0 = _mm512_set1_ps(pp[at]), b1 = _mm512_set1_ps(pp[at + 1]);
+            for (int v = 0; v < NV; ++v) {
+              const __m512 qv = _mm512_loadu_ps(qt + 16 * v), dv = _mm512_loadu_ps(dt + 16 * v);
+              ak[0][v] = _mm512_fmadd_ps(a0, qv, ak[0][v]);
+              ak[1][v] = _mm512_fmadd_ps(a1, qv, ak[1][v]);
+              av[0][v] = _mm512_fmadd_ps(b0, dv, av[0][v]);
+              av[1][v] = _mm512_fmadd_ps(b1, dv, av[1][v]);
+            }
+          }
+          for (int u = 0; u < 2; ++u) add_key<NV>(dkp, dvp, (seg.key_row(s, j + u) * hkv + kh) * d, ak[u], av[u]);
+        }
+      }
+      for (; j < keys; ++j) {
         __m512 ak[NV], av[NV];
         for (int v = 0; v < NV; ++v) ak[v] = av[v] = _mm512_setzero_ps();
-        for (int64_t t = j < pre ? 0 : j - pre; t < rows; ++t) {
-          const int64_t row = first + t;
-          const __m512 a = _mm512_set1_ps(ds[t * ld + j]), b = _mm512_set1_ps(pp[row_offset(pre, t) + j]);
-          const float *qt = qp + (row * h + hh) * d, *dt = dop + (row * h + hh) * d;
-          for (int v = 0; v < NV; ++v) {
-            ak[v] = _mm512_fmadd_ps(a, _mm512_loadu_ps(qt + 16 * v), ak[v]);
-            av[v] = _mm512_fmadd_ps(b, _mm512_loadu_ps(dt + 16 * v), av[v]);
-          }
-        }
-        const int64_t kv = (seg.key_row(s, j) * hkv + kh) * d;
-        for (int v = 0; v < NV; ++v) {
-          _mm512_storeu_ps(dkp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dkp + kv + 16 * v), ak[v]));
-          _mm512_storeu_ps(dvp + kv + 16 * v, _mm512_add_ps(_mm512_loadu_ps(dvp + kv + 16 * v), av[v]));
-        }
+        key_rows<NV>(ds.data(), ld, pp, pre, qp, dop, h, hh, d, first, j, j < pre ? 0 : j - pre, rows, ak, av);
+        add_key<NV>(dkp, dvp, (seg.key_row(s, j) * hkv + kh) * d, ak, av);
       }
       pp += row_offset(pre, rows);
     }

@@ -497,6 +497,9 @@ at::Tensor rope_backward(const at::Tensor& dy, const at::Tensor& cos, const at::
 // arithmetic) and the prompt's keys were concatenated to each completion's. The softmax rows are kept for the
 // backward (~0.7 MB a layer for a campaign group). head_dim a multiple of 16 (the callers check).
 
+// the offset of row t's softmax entries (its keys: pre + t + 1) within its segment's block of one head
+inline int64_t row_offset(int64_t pre, int64_t t) { return t * pre + t * (t + 1) / 2; }
+
 struct Segments {
   std::vector<int64_t> first, rows, prefix;  // per segment: its first row, its rows, the prompt keys it sees first
   int64_t probs = 0;                         // softmax entries of one head, all segments
@@ -506,7 +509,7 @@ struct Segments {
       first.push_back(at);
       rows.push_back(n);
       prefix.push_back(pre);
-      probs += n * pre + n * (n + 1) / 2;
+      probs += row_offset(pre, n);
       at += n;
     };
     add(p, 0);  // the prompt: its own rows are its keys
@@ -623,9 +626,6 @@ __attribute__((target("avx512f"))) void weighted_rows(const float* const* ws, in
 template <int NV>
 constexpr int block_rows() { return NV <= 4 ? 4 : 2; }
 
-// the offset of row t's softmax entries within its segment's block of one head
-inline int64_t row_offset(int64_t pre, int64_t t) { return t * pre + t * (t + 1) / 2; }
-
 template <int NV>
 __attribute__((target("avx512f"))) void attention_forward(const float* qp, const float* kp, const float* vp,
                                                           int64_t h, int64_t hkv, const Segments& seg, float* op,
@@ -733,10 +733,7 @@ __attribute__((target("avx512f"))) void attention_backward_rows(
           if (nk) {
             const int64_t row = first + t0 + r;
             const float *doi = dos[r], *oi = op + (row * h + hh) * d, *pi = pp + row_offset(pre, t0 + r);
-            __m512 acc = _mm512_mul_ps(_mm512_loadu_ps(doi), _mm512_loadu_ps(oi));
-            for (int v = 1; v < NV; ++v)
-              acc = _mm512_fmadd_ps(_mm512_loadu_ps(doi + 16 * v), _mm512_loadu_ps(oi + 16 * v), acc);
-            const float di = _mm512_reduce_add_ps(acc);
+            const float di = dot16(doi, oi, d);
             for (int64_t j = 0; j < nk; ++j) dss[r][j] = pi[j] * (dps[r][j] - di) * scale;
           }
           std::fill(dss[r] + nk, dss[r] + n, 0.0f);

@@ -24,7 +24,7 @@ from proposer.backends.base import SamplingParams, optional
 from proposer.training.covrl import (CoVRLConfig, CoVRLError, covrl_loss, group_advantages, likelihood_suffix,
                                      likelihood_target, posterior_prompt, prior_prompt, reasoning_end)
 from proposer.backends.logprobs import completion_logprobs
-from proposer.training.trainer import PolicyTrainer
+from proposer.training.trainer import PolicyTrainer, train_mode
 
 
 @dataclass
@@ -140,8 +140,7 @@ class CoVRLUpdater:
             return stats
         model = tr.model
         device = next(model.parameters()).device
-        was_training = model.training
-        model.train()  # dropout is off (PolicyTrainer); train mode keeps gradient checkpointing on
+        was_training = train_mode(model)  # dropout is off (PolicyTrainer); train mode keeps gradient checkpointing on
         try:
             plan = self._split(trajs)
             old: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
@@ -186,7 +185,8 @@ class CoVRLUpdater:
             tok_z, tok_kl, tok_y = (tr.cfg.epochs * sum(n) for n in (n_z, n_kl, n_y))
             sums = {k: sums.get(k, 0.0) for k in ("loss", "pg_loss", "kl", "nll", "clip_frac", "mean_ratio")}
         finally:
-            model.train(was_training)
+            if not was_training:
+                model.train(False)
         fp = np.array([t.from_prior for t in trajs])
         stats.update({
             "loss": sums["loss"] / tok_z, "pg_loss": sums["pg_loss"] / tok_z, "clip_frac": sums["clip_frac"] / tok_z,
